@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Idempotent set-up: .venv, the package with extras, and pillow-simd as the imported PIL.
+# Usage: scripts/bootstrap.sh [EXTRAS]   (default "test"; e.g. "test,s3")
+# Re-runs are no-ops unless pyproject.toml, this script or the extras changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+EXTRAS=${1:-test}
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+stamp_key=$( (cat pyproject.toml scripts/bootstrap.sh; echo "extras=$EXTRAS") | sha256sum | cut -c1-16)
+stamp="$VENV/.imagenet-shards-$stamp_key"
+if [ -f "$stamp" ]; then exit 0; fi
+
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "error: Python 3.10+ is needed (found %s); set PYTHON=python3.X" % sys.version.split()[0])'
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+spec="."
+[ -n "$EXTRAS" ] && spec=".[$EXTRAS]"
+say "installing $spec (torch/torchvision come from the local wheel cache where one is configured)"
+"${PIP[@]}" install -q -e "$spec"
+
+# --- pillow-simd: same `PIL` import, ~2x faster resize; torchvision pulled in plain Pillow above.
+have_simd=$("$VENV/bin/python" - <<'PY'
+from importlib import metadata
+try:
+    metadata.distribution("pillow-simd"); simd = True
+except metadata.PackageNotFoundError:
+    simd = False
+try:
+    metadata.distribution("pillow"); plain = True
+except metadata.PackageNotFoundError:
+    plain = False
+print("yes" if simd and not plain else "no")
+PY
+)
+if [ "$have_simd" != yes ]; then
+  need_headers=0
+  for h in /usr/include/jpeglib.h /usr/include/zlib.h; do [ -f "$h" ] || need_headers=1; done
+  if [ $need_headers = 1 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      say "installing libjpeg-dev zlib1g-dev (headers for pillow-simd)"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg-dev zlib1g-dev >/dev/null || true
+    else
+      say "pillow-simd needs JPEG/zlib headers: run  sudo apt-get install -y libjpeg-dev zlib1g-dev  and re-run"
+    fi
+  fi
+  cc_flags="cc"
+  grep -qw avx2 /proc/cpuinfo 2>/dev/null && cc_flags="cc -mavx2"
+  say "building pillow-simd (CC='$cc_flags', ~40 s)"
+  if "${PIP[@]}" uninstall -q -y pillow pillow-simd >/dev/null 2>&1; \
+     CC="$cc_flags" "${PIP[@]}" install -q --no-cache-dir --no-binary pillow-simd pillow-simd; then
+    say "pillow-simd installed"
+  else
+    say "WARNING: ********************************************************************"
+    say "WARNING: pillow-simd could not be built; falling back to plain Pillow (slower resize)."
+    say "WARNING: install libjpeg-dev zlib1g-dev and a C compiler, then re-run to get the fast path."
+    say "WARNING: ********************************************************************"
+    "${PIP[@]}" install -q pillow
+  fi
+fi
+"$VENV/bin/python" -m pipeline.doctor --brief >&2 || true
+touch "$stamp"

@@ -1,0 +1,1 @@
+"""Streaming training: shard loader, device prefetch, trainer, loader benchmark."""
