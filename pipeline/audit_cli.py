@@ -55,7 +55,8 @@ def format_report(r: AuditReport, quiet: bool = False) -> str:
         out.append(f"audit-shards {r.data}" + (" (deep: every image decoded)" if r.deep else ""))
         width = max((len(s) for s in r.counts), default=0)
         for split, c in r.counts.items():
-            out.append(f"  {split + ':':<{width + 1}} {c['shards_read']}/{c['shards']} shards read, "
+            listed = c["shards"] if c["shards"] is not None else "?"
+            out.append(f"  {split + ':':<{width + 1}} {c['shards_read']}/{listed} shards read, "
                        f"{c['samples_read']}/{c['samples_manifest']} samples, {c['classes_seen']} classes, "
                        f"{_size(c['bytes_read'])}")
         t = r.timing

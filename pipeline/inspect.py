@@ -256,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", metavar="DATA", help="directory (or URL) holding manifest.json")
     p.add_argument("--split", default=None, help="split for the contact sheet (default val) or to search for --key")
     p.add_argument("--n", type=int, default=64, help="contact sheet: number of images (default 64)")
-    p.add_argument("--classes", default=None, help="contact sheet: only these classes (WNIDs or labels, comma-separated)")
+    p.add_argument("--classes", default=None,
+                   help="contact sheet: only these classes (WNIDs or labels, comma-separated)")
     p.add_argument("--cols", type=int, default=None, help="contact sheet: columns (default: a square grid)")
     p.add_argument("--stats", action="store_true", help="class-count histograms and the image size distribution")
     p.add_argument("--max-shards", type=int, default=16,

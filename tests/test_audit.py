@@ -150,7 +150,8 @@ def test_flipped_byte(data, capsys):
     path.write_bytes(bytes(raw))
     rc, out, _ = run_cli([data, "--quiet"], capsys)
     assert rc == 1
-    assert "shard_sha256" in out and "shard_md5" in out and str(path.relative_to(data)) in out
+    assert "shard_sha256" in out and str(path.relative_to(data)) in out
+    assert "shard_md5" in kinds(audit(data, deep=True, workers=1, progress=False))
 
 
 def test_flipped_byte_in_a_header(data):
@@ -284,6 +285,16 @@ def test_manifest_and_side_files_checked(data):
     r = audit(data, workers=1, progress=False)
     assert kinds(r) == {"manifest_inconsistent", "wids_mismatch", "info_missing"}
     assert "shardlist[0].md5sum" in next(p.detail for p in r.errors if p.kind == "wids_mismatch")
+
+
+def test_schema_damage_is_reported_not_crashed_on(data):
+    m = manifest_of(data)
+    del m["name"]
+    del m["splits"]["val"]["shards"][0]["sha256"]
+    (data / "manifest.json").write_text(dumps(m))
+    r = audit(data, workers=1, progress=False, expect="imagenet-1k")
+    assert kinds(r) == {"manifest_schema"} and len(r.errors) == 2
+    assert r.counts["train"]["samples_read"] == m["splits"]["train"]["num_samples"]  # the sound split is read
 
 
 def test_duplicate_content_is_a_warning(data, capsys):
