@@ -10,7 +10,7 @@ import json
 import os
 from collections import Counter
 
-from . import __version__
+from . import __version__, storage
 
 FORMAT = "imagenet-shards-manifest"
 FORMAT_VERSION = 1
@@ -116,8 +116,8 @@ def write_outputs(out_dir: str, manifest: dict) -> None:
 
 
 def read_manifest_file(path: str) -> dict:
-    """Load and minimally check a manifest.json; ValueError with a one-line reason if it is not one."""
-    with open(path, encoding="utf-8") as f:
+    """Load and minimally check a manifest.json (a path or URL); ValueError with a one-line reason if it is not one."""
+    with storage.open_url(path, "rb") as f:
         try:
             m = json.load(f)
         except json.JSONDecodeError as e:
