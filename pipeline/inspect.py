@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageFont
 
 from . import storage
-from .audit import AuditError, HashingReader, TarFormatError, iter_tar, load_manifest, split_name
+from .audit import AuditError, load_manifest
+from .tarstream import HashingReader, TarFormatError, iter_tar, split_name
 
 TILE = 160  # image area of one contact-sheet tile, pixels
 LINE = 13  # caption line height

@@ -12,8 +12,9 @@ import tarfile
 import pytest
 
 from pipeline import storage
-from pipeline.audit import (AuditError, HashingReader, TarFormatError, audit, check_expect, check_sample,
-                            find_duplicate_content, iter_tar, load_manifest, observe_samples)
+from pipeline.audit import (AuditError, audit, check_expect, check_sample, find_duplicate_content, load_manifest,
+                            observe_samples)
+from pipeline.tarstream import HashingReader, TarFormatError, iter_tar
 from pipeline.audit_cli import main
 from pipeline.classes import imagenet_1k_classes, imagenet_1k_facts
 from pipeline.manifest import dumps, wids_index
