@@ -1,0 +1,125 @@
+"""The process group from torchrun's environment, rank-0-only output, and the few collectives we use.
+
+A run without RANK/WORLD_SIZE in the environment is a single process and never touches
+torch.distributed, so every helper here also works without a process group.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: global rank, world size, rank on this node, and its device."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(kind: str, local_rank: int = 0) -> torch.device:
+    """`auto` is CUDA when available, else CPU; `cuda` without a GPU raises RuntimeError."""
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda was asked for but torch sees no CUDA device "
+                               "(use --device cpu, or check the driver with nvidia-smi)")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    if kind == "cpu":
+        return torch.device("cpu")
+    raise ValueError(f"unknown device {kind!r} (expected auto, cuda or cpu)")
+
+
+def init_distributed(device_kind: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
+    """Join the process group torchrun describes (env://), NCCL on CUDA and gloo on CPU.
+
+    Without WORLD_SIZE in the environment (or with WORLD_SIZE=1) nothing is initialised.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(device_kind, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend=backend, init_method="env://", rank=rank,
+                                world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def shutdown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def print0(info: DistInfo, *args, **kwargs) -> None:
+    """print() on rank 0 only; the one place non-error output leaves a distributed run."""
+    if info.is_main:
+        print(*args, **kwargs, flush=True)
+
+
+def barrier(info: DistInfo) -> None:
+    if info.distributed:
+        dist.barrier()
+
+
+def all_reduce_sum(info: DistInfo, values: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor across ranks (in place, also returned); a no-op for one process."""
+    if info.distributed:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def gather_objects(info: DistInfo, obj) -> list:
+    """Every rank's picklable object, in rank order, on every rank."""
+    if not info.distributed:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(info: DistInfo, obj, src: int = 0):
+    """Rank `src`'s object on every rank."""
+    if not info.distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def average_buffers(info: DistInfo, module: torch.nn.Module) -> None:
+    """Make BatchNorm running statistics identical across ranks (float buffers averaged).
+
+    Under DDP each rank updates its running stats from its own batches, so they drift apart within
+    an epoch; averaging them at epoch end (timm's `distribute_bn` "reduce") gives every rank the
+    same eval model and lets checkpoints from any rank agree.
+    """
+    if not info.distributed:
+        return
+    for buf in module.buffers():
+        if buf.is_floating_point():
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+            buf.div_(info.world_size)
+        else:
+            dist.broadcast(buf, src=0)
+
