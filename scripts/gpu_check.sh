@@ -29,7 +29,7 @@ sys.exit(0 if ok else 1)
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2 || true
 CORES=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
-say "CPU cores: $CORES, loader workers: $WORKERS"
+say "CPU cores: $CORES, loader workers: $WORKERS, /dev/shm: $(df -h /dev/shm 2>/dev/null | awk 'NR==2 {print $4 " free"}')"
 
 mkdir -p "$W"
 if [ ! -f "$W/shards/manifest.json" ]; then

@@ -277,19 +277,20 @@ def evaluate(model: torch.nn.Module, batches: DevicePrefetcher, *, autocast, inf
     not the DDP wrapper (whose forward may sync buffers every call).
     """
     model.eval()
-    sums = torch.zeros(4, dtype=torch.float64, device=info.device)
+    sums = torch.zeros(3, dtype=torch.float64, device=info.device)  # correct@1, correct@5, loss
+    samples = 0  # on the host: a per-batch host->device copy would sync every batch
     criterion = torch.nn.CrossEntropyLoss(reduction="sum")
     for batch in tqdm(batches, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False):
         with autocast():
             logits = model(batch.images)
         logits = logits.float()
         k = min(5, logits.shape[1])
-        top = logits.topk(k, dim=1).indices
-        hits = top == batch.labels.view(-1, 1)
+        hits = logits.topk(k, dim=1).indices == batch.labels.view(-1, 1)
         sums += torch.stack([hits[:, 0].sum().double(), hits.any(dim=1).sum().double(),
-                             criterion(logits, batch.labels).double(),
-                             torch.tensor(float(batch.labels.shape[0]), dtype=torch.float64, device=info.device)])
-    top1, top5, loss, samples = all_reduce_sum(info, sums).tolist()
+                             criterion(logits, batch.labels).double()])
+        samples += batch.labels.shape[0]
+    totals = torch.cat([sums, torch.tensor([float(samples)], dtype=torch.float64, device=info.device)])
+    top1, top5, loss, samples = all_reduce_sum(info, totals).tolist()
     samples = int(round(samples))
     return {"top1": top1 / max(samples, 1), "top5": top5 / max(samples, 1),
             "loss": loss / max(samples, 1), "samples": samples}

@@ -34,7 +34,8 @@ def _seed(*parts: int) -> int:
 
 
 class RawBatches(IterableDataset):
-    """One rank's planned batches as (list of 1-D uint8 JPEG tensors, labels int64 [n]).
+    """One rank's planned batches as (JPEG bytes concatenated: uint8 [total], offsets int64 [n+1],
+    labels int64 [n]): three tensors per batch cross the worker queue, not one per image.
 
     train: each batch has exactly its size in samples with both .jpg and .cls (spares fill in);
     eval: the planned samples in order, those without .jpg/.cls left out."""
@@ -75,7 +76,7 @@ class RawBatches(IterableDataset):
                 if rec.jpg is None or label is None:
                     log.warning("skipped sample %r in %s: missing or bad .jpg/.cls", rec.key, rec.url)
                     continue
-                jpgs.append(torch.frombuffer(bytearray(rec.jpg), dtype=torch.uint8))
+                jpgs.append(rec.jpg)
                 labels.append(label)
             if self.train and len(jpgs) < n:  # out of spares: repeat good samples, as the CPU loader does
                 if not jpgs:
@@ -84,7 +85,9 @@ class RawBatches(IterableDataset):
                     jpgs.append(jpgs[i])
                     labels.append(labels[i])
             if jpgs:
-                yield jpgs, torch.tensor(labels, dtype=torch.int64)
+                offsets = np.cumsum([0] + [len(j) for j in jpgs])
+                blob = torch.frombuffer(bytearray(b"".join(jpgs)), dtype=torch.uint8)
+                yield blob, torch.from_numpy(offsets.astype(np.int64)), torch.tensor(labels, dtype=torch.int64)
 
 
 def decode_batch(jpgs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
@@ -151,7 +154,9 @@ class GpuDecodeLoader:
         epoch = int(self.dataset.state[0])
         rng = random.Random(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
         stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0}
-        for jpgs, labels in self._loader:
+        for blob, offsets, labels in self._loader:
+            bounds = offsets.tolist()
+            jpgs = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
             images = decode_batch(jpgs, self.device)
             good = [i for i, img in enumerate(images) if img is not None]
             if len(good) < len(images):
