@@ -346,3 +346,22 @@ def test_gpu_decode_path_matches_cpu_loader_on_cpu(tiny_shards):
     assert len(batches) == len(gpu_train) and batches[0][0].shape == (8, 3, 32, 32)
     labels = torch.cat([y for _, y in batches]).sort().values
     assert torch.equal(labels, torch.cat([y for _, y in cpu_train]).sort().values)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_learns_synthetic_imagenet_end_to_end(tmp_path):
+    """Archives -> prepare-shards -> train-imagenet: resnet18 at 64 px tells 10 synthetic classes
+    apart on val (chance 10%), so train and val labels line up end to end. ~2 min on one core."""
+    from pipeline.cli import main as prepare
+    from pipeline.synthetic import generate
+    src, shards, out = tmp_path / "src", tmp_path / "shards", tmp_path / "run"
+    generate(src, classes=10, train_per_class=100, val_per_class=20, quirks=False, progress=False)
+    assert prepare(["--train", str(src / "ILSVRC2012_img_train.tar"), "--val", str(src / "ILSVRC2012_img_val.tar"),
+                    "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"), "--out", str(shards),
+                    "--resize", "longer:160", "--shard-samples", "128", "--workers", "2", "--quiet"]) == 0
+    assert run_cli("--data", shards, "--out", out, "--arch", "resnet18", "--res", "64", "--val-res", "73",
+                   "--val-crop", "64", "--batch-size", "32", "--epochs", "5", "--lr", "0.2", "--nesterov",
+                   "--warmup-epochs", "1", "--workers", "2", "--device", "cpu", "--amp", "none") == 0
+    last = [r for r in read_metrics(out) if r["kind"] == "epoch"][-1]
+    assert last["val_samples"] == 200 and last["val_top1"] > 0.6, last
