@@ -19,10 +19,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+quiet_pip() {  # pip, minus the "Location ... is ignored" noise some machines' pip.conf produces
+  "${PIP[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
 spec="."
 [ -n "$EXTRAS" ] && spec=".[$EXTRAS]"
 say "installing $spec (torch/torchvision come from the local wheel cache where one is configured)"
-"${PIP[@]}" install -q -e "$spec"
+quiet_pip install -q -e "$spec"
 
 # --- pillow-simd: same `PIL` import, ~2x faster resize; torchvision pulled in plain Pillow above.
 have_simd=$("$VENV/bin/python" - <<'PY'
@@ -54,14 +57,14 @@ if [ "$have_simd" != yes ]; then
   grep -qw avx2 /proc/cpuinfo 2>/dev/null && cc_flags="cc -mavx2"
   say "building pillow-simd (CC='$cc_flags', ~40 s)"
   if "${PIP[@]}" uninstall -q -y pillow pillow-simd >/dev/null 2>&1; \
-     CC="$cc_flags" "${PIP[@]}" install -q --no-cache-dir --no-binary pillow-simd pillow-simd; then
+     CC="$cc_flags" quiet_pip install -q --no-cache-dir --no-binary pillow-simd pillow-simd; then
     say "pillow-simd installed"
   else
     say "WARNING: ********************************************************************"
     say "WARNING: pillow-simd could not be built; falling back to plain Pillow (slower resize)."
     say "WARNING: install libjpeg-dev zlib1g-dev and a C compiler, then re-run to get the fast path."
     say "WARNING: ********************************************************************"
-    "${PIP[@]}" install -q pillow
+    quiet_pip install -q pillow
   fi
 fi
 "$VENV/bin/python" -m pipeline.doctor --brief >&2 || true
