@@ -108,7 +108,7 @@ def write_shard_set(root, *, split: str = "train", num_samples: int = 40, num_sh
     shards = []
     for s in range(num_shards):
         rel = f"{split}/imagenet1k-{prefix}-{s:06d}.tar"
-        with tarfile.open(root / rel, "w", format=tarfile.GNU_FORMAT) as tar:
+        with tarfile.open(root / rel, "w", format=tarfile.USTAR_FORMAT) as tar:
             for i in range(bounds[s], bounds[s + 1]):
                 label = i % num_classes
                 key = sample_key(split, i, label)
@@ -122,9 +122,9 @@ def write_shard_set(root, *, split: str = "train", num_samples: int = 40, num_sh
                 jpg = b"\xff\xd8 not a jpeg " + bytes(range(64)) if key in corrupt else _jpeg(img, quality)
                 meta = {"label": label, "wnid": f"n{label:08d}", "filename": f"{key}.JPEG", "width": w,
                         "height": h, "orig_width": w, "orig_height": h, "fixes": []}
-                _add(tar, f"{key}.jpg", jpg)
-                if key not in missing:
+                if key not in missing:  # member order as docs/format.md: .cls, .jpg, .json
                     _add(tar, f"{key}.cls", str(label).encode())
+                _add(tar, f"{key}.jpg", jpg)
                 _add(tar, f"{key}.json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
         data = (root / rel).read_bytes()
         shards.append({"url": rel, "num_samples": bounds[s + 1] - bounds[s], "bytes": len(data),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import socket
@@ -13,6 +12,8 @@ import torch
 
 from loader_fixtures import index_of, sample_key, write_shard_set
 from train import data as D
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
 N = 50          # samples per split in the matrix sets
 C = 7           # classes
@@ -348,3 +349,66 @@ def test_bench_loader_compare_runs(tmp_path, capsys):
     assert rc == 0
     for name in ("imagenet-shards", "ImageFolder", "tarfile", "webdataset", "DALI", "FFCV"):
         assert name in out
+
+
+# ----------------------------------------------------------------------------- round trip with the real writer
+
+@pytest.mark.timeout(300)
+def test_round_trip_with_prepare_shards(tmp_path):
+    """Synthetic archives -> prepare-shards -> our loader: labels per class equal the manifest's counts."""
+    from collections import Counter
+
+    from pipeline.cli import main as prepare
+    from pipeline.synthetic import generate
+    src, out = tmp_path / "src", tmp_path / "shards"
+    generate(src, classes=4, train_per_class=12, val_per_class=4, quirks=True, progress=False)
+    assert prepare(["--train", str(src / "ILSVRC2012_img_train.tar"), "--val", str(src / "ILSVRC2012_img_val.tar"),
+                    "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"), "--out", str(out),
+                    "--resize", "longer:96", "--shard-samples", "7", "--workers", "1", "--quiet"]) == 0
+    manifest = D.read_manifest(str(out))
+    wnid = {c["index"]: c["wnid"] for c in manifest["classes"]}
+    for split, world in (("val", 2), ("train", 2)):
+        counts, batches = Counter(), []
+        n = manifest["splits"][split]["num_samples"]
+        for rank in range(world):
+            ld = D.make_loader(str(out), split, 4, workers=2, rank=rank, world_size=world, res=32,
+                               val_resize=40, val_crop=32)
+            got = [(x.shape, y) for x, y in ld]
+            batches.append(len(got))
+            counts.update(wnid[int(label)] for _, y in got for label in y)
+            assert ld.stats["bad_samples"] == 0
+        expected = manifest["splits"][split]["class_counts"]
+        if split == "val":
+            assert counts == Counter(expected) and sum(counts.values()) == n
+        else:
+            assert batches == [(n // world) // 4] * world
+            assert all(counts[w] <= expected[w] for w in counts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_worker_rss_does_not_grow_across_epochs(tmp_path):
+    import os
+    write_shard_set(tmp_path, num_samples=600, num_shards=3, num_classes=C, content="texture", size=(128, 96))
+    ld = D.make_loader(str(tmp_path), "train", 16, workers=1, persistent_workers=True, res=64, shuffle_buffer=200)
+
+    def worker_rss_mib() -> int:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    if int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid():
+                        pages = int(Path(f"/proc/{entry}/statm").read_text().split()[1])
+                        return pages * os.sysconf("SC_PAGE_SIZE") >> 20
+                except OSError:
+                    pass
+        return 0
+    peaks = []
+    for epoch in range(5):
+        ld.set_epoch(epoch)
+        peak = 0
+        for i, _ in enumerate(ld):
+            if i % 5 == 4:
+                peak = max(peak, worker_rss_mib())
+        peaks.append(peak)
+    assert 0 < peaks[-1] < 1500 and peaks[-1] - peaks[1] < 40, peaks

@@ -263,7 +263,8 @@ def _baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, work
 
 
 def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int = 64, decoder: str = "auto",
-            res: int = 224, warmup: int = 5, rounds: int = 3, progress: Callable[[str], None] | None = None) -> list[dict]:
+            res: int = 224, warmup: int = 5, rounds: int = 3,
+            progress: Callable[[str], None] | None = None) -> list[dict]:
     """Rows {name, images_per_s (median of rounds), images_per_s_best, images_per_s_per_worker, images_per_cpu_s,
     speedup (ours / theirs, median wall clock), speedup_cpu (by images per CPU-second), note} on the same
     images (train split).

@@ -37,7 +37,12 @@ class BadSampleError(ValueError):
 # ----------------------------------------------------------------------------- I/O
 
 def open_url(url: str, mode: str = "rb"):
-    """Open a local path or an fsspec URL (http(s)://, s3://, gs://...); every read goes through here."""
+    """Open a local path or an fsspec URL (file://, http(s)://, s3://, gs://...) as a file object.
+
+    Every read of the loader goes through here. Plain paths use the builtin ``open`` (no layer in
+    between); anything with a protocol goes to ``fsspec.open`` (imported on first use)."""
+    if "://" not in url:
+        return open(url, mode)
     import fsspec
     return fsspec.open(url, mode).open()
 
