@@ -18,20 +18,14 @@ from pipeline.tarstream import HashingReader, TarFormatError, iter_tar
 from pipeline.audit_cli import main
 from pipeline.classes import imagenet_1k_classes, imagenet_1k_facts
 from pipeline.manifest import dumps, wids_index
-from pipeline.prepare import Config, prepare
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def shard_set(synthetic_imagenet, tmp_path_factory):
-    """A prepared shard set (6 classes; 5 train + 2 val shards). Read-only: copy it before damaging it."""
-    src = synthetic_imagenet
-    out = tmp_path_factory.mktemp("shards") / "out"
-    prepare(out=str(out), train=str(src / "ILSVRC2012_img_train.tar"), val=str(src / "ILSVRC2012_img_val.tar"),
-            devkit=str(src / "ILSVRC2012_devkit_t12.tar.gz"), config=Config(shard_samples=16), workers=1,
-            progress=False)
-    return out
+def shard_set(synthetic_shards):
+    """The session's prepared shard set (6 classes; 5 train + 2 val shards). Read-only: copy it before damaging it."""
+    return synthetic_shards
 
 
 @pytest.fixture

@@ -11,19 +11,14 @@ import pytest
 from PIL import Image
 
 from pipeline.inspect import (CAPTION_LINES, LINE, PAD, TILE, Sample, draw_contact_sheet, main, pick_samples)
-from pipeline.prepare import Config, prepare
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def shard_set(synthetic_imagenet, tmp_path_factory):
-    src = synthetic_imagenet
-    out = tmp_path_factory.mktemp("inspect-shards") / "out"
-    prepare(out=str(out), train=str(src / "ILSVRC2012_img_train.tar"), val=str(src / "ILSVRC2012_img_val.tar"),
-            devkit=str(src / "ILSVRC2012_devkit_t12.tar.gz"), config=Config(shard_samples=16), workers=1,
-            progress=False)
-    return out
+def shard_set(synthetic_shards):
+    """The session's prepared shard set (6 classes; 5 train + 2 val shards). Read-only: copy it before damaging it."""
+    return synthetic_shards
 
 
 @pytest.fixture(scope="module")
