@@ -67,6 +67,7 @@ class AuditReport:
     counts: dict = field(default_factory=dict)  # per split: what the manifest says and what was read
     duplicates: dict = field(default_factory=dict)  # content duplicates: counts and example key groups
     timing: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # checks that could not run here, and why
 
     @property
     def errors(self) -> list[Problem]:
@@ -84,7 +85,7 @@ class AuditReport:
         return {"data": self.data, "ok": self.ok, "deep": self.deep, "splits": self.splits,
                 "num_errors": len(self.errors), "num_warnings": len(self.warnings),
                 "problems": [asdict(p) for p in self.problems], "counts": self.counts,
-                "duplicates": self.duplicates, "timing": self.timing}
+                "duplicates": self.duplicates, "timing": self.timing, "notes": self.notes}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -582,27 +583,30 @@ def _read_json(url: str):
 
 def load_manifest(data: str) -> dict:
     """DATA's manifest.json, or AuditError with a one-line reason."""
-    try:
-        if not storage.isdir(data):
-            raise AuditError(f"cannot read {data}: no such directory")
-        storage.listdir(data)
-    except OSError as e:
-        raise AuditError(f"cannot read {data}: {e.strerror or e}") from None
+    where = storage.redact(data)
+    if storage.can_list(data):  # plain HTTP cannot tell a folder from nothing: go straight to the manifest
+        try:
+            if not storage.isdir(data):
+                raise AuditError(f"cannot read {where}: no such directory")
+            storage.listdir(data)
+        except OSError as e:
+            raise AuditError(f"cannot read {where}: {e.strerror or storage.redact(e)}") from None
     path = storage.join(data, "manifest.json")
     try:
         with storage.open_url(path, "rb") as f:
             m = json.load(f)
     except FileNotFoundError:
-        raise AuditError(f"no manifest.json in {data}: is it the --out of a finished prepare-shards run?") from None
+        raise AuditError(f"no manifest.json in {where}: is it the --out of a finished prepare-shards run?") from None
     except OSError as e:
-        raise AuditError(f"cannot read {path}: {e.strerror or e}") from None
+        raise AuditError(f"cannot read {storage.redact(path)}: {e.strerror or storage.redact(e)}") from None
     except ValueError as e:
-        raise AuditError(f"{path} is not valid JSON ({e}): it is damaged; rerun prepare-shards to rewrite it") \
-            from None
+        raise AuditError(f"{storage.redact(path)} is not valid JSON ({e}): it is damaged; rerun prepare-shards to "
+                         "rewrite it") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise AuditError(f"{path} is not an imagenet-shards manifest (format is not {FORMAT!r})")
+        raise AuditError(f"{storage.redact(path)} is not an imagenet-shards manifest (format is not {FORMAT!r})")
     if m.get("format_version") != FORMAT_VERSION:
-        raise AuditError(f"{path} has format_version {m.get('format_version')}; this tool reads {FORMAT_VERSION}")
+        raise AuditError(f"{storage.redact(path)} has format_version {m.get('format_version')}; this tool reads "
+                         f"{FORMAT_VERSION}")
     return m
 
 
@@ -636,7 +640,7 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
     unknown = [s for s in splits if s not in have]
     if unknown:
         raise AuditError(f"the manifest has no split {', '.join(unknown)} (it has {', '.join(have) or 'none'})")
-    report = AuditReport(data=data, deep=deep, splits=splits)
+    report = AuditReport(data=storage.redact(data), deep=deep, splits=splits)
     classes = m["classes"] if isinstance(m.get("classes"), list) else []
 
     sound = set(have) <= usable and not any(p.kind == "manifest_schema" for p in problems)
@@ -648,13 +652,18 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
               for e in m["splits"][split].get("shards") or []
               if isinstance(e, dict) and isinstance(e.get("url"), str)}
     found = {}
-    for folder in sorted({posixpath.dirname(e["url"]) for _, e in jobs} | set(splits)):
-        if folder and folder not in IGNORED_DIRS and storage.isdir(storage.join(data, folder)):
-            try:
-                found[folder] = storage.listdir(storage.join(data, folder))
-            except OSError as e:
-                problems.append(Problem("folder_unreadable", folder, None, f"cannot list it: {e.strerror or e}"))
-    problems += check_extra_files(listed, found)
+    if storage.can_list(data):
+        for folder in sorted({posixpath.dirname(e["url"]) for _, e in jobs} | set(splits)):
+            if folder and folder not in IGNORED_DIRS and storage.isdir(storage.join(data, folder)):
+                try:
+                    found[folder] = storage.listdir(storage.join(data, folder))
+                except OSError as e:
+                    problems.append(Problem("folder_unreadable", folder, None,
+                                            f"cannot list it: {e.strerror or storage.redact(e)}"))
+        problems += check_extra_files(listed, found)
+    else:
+        report.notes.append(f"not checked for shards the manifest does not list: {storage.protocol(data)}:// "
+                            "cannot list folders (audit a local copy or the bucket itself for that check)")
 
     results = _run_shards(data, jobs, classes, deep, workers, progress)
     for r in results:

@@ -10,6 +10,7 @@ import json
 import sys
 from collections import Counter
 
+from . import storage
 from .audit import AuditError, AuditReport, audit
 
 MAX_LISTED = 200  # on stdout; --json always has every problem
@@ -21,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check a shard set against its manifest: every shard present with the right size and "
                     "sha256, well-formed tars, complete samples whose labels agree with the class table, "
                     "unique keys, the manifest's counts. Exit 0 intact, 1 problems, 2 could not run.")
-    p.add_argument("data", metavar="DATA", help="directory (or URL) holding manifest.json")
+    p.add_argument("data", metavar="DATA",
+                   help="directory or URL (s3://bucket/prefix, gs://..., https://host/path) holding manifest.json")
     p.add_argument("--deep", action="store_true",
                    help="also decode every image fully (RGB, 8-bit, 3 channels, size as in its json)")
     p.add_argument("--splits", type=lambda s: [x for x in s.split(",") if x], default=None,
@@ -32,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", metavar="NAME",
                    help="compare totals and class counts with a known dataset: imagenet-1k")
     p.add_argument("--quiet", action="store_true", help="no progress bar; print only problems and the result")
+    storage.add_storage_option(p)
     return p
 
 
@@ -62,6 +65,7 @@ def format_report(r: AuditReport, quiet: bool = False) -> str:
         t = r.timing
         out.append(f"  read {_size(t['bytes_read'])} in {t['wall_s']:.1f} s"
                    + (f" ({t['mb_per_s']:.0f} MB/s)" if t.get("mb_per_s") else ""))
+        out += [f"  note: {n}" for n in r.notes]
         if r.warnings:
             out.append(f"warnings ({len(r.warnings)}):")
             out += [_line(p) for p in r.warnings]
@@ -91,10 +95,11 @@ def main(argv=None) -> int:
         print("audit-shards: error: --workers must be at least 1", file=sys.stderr)
         return 2
     try:
+        storage.apply_storage_options(args.data, args.storage_option)
         report = audit(args.data, deep=args.deep, splits=args.splits, workers=args.workers, expect=args.expect,
                        progress=not args.quiet)
-    except AuditError as e:
-        print(f"audit-shards: error: {e}", file=sys.stderr)
+    except (AuditError, OSError) as e:
+        print(f"audit-shards: error: {storage.redact(e)}", file=sys.stderr)
         return 2
     if args.json_out:
         try:

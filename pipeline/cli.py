@@ -2,6 +2,7 @@
 
     prepare-shards --train ILSVRC2012_img_train.tar --val ILSVRC2012_img_val.tar \\
                    --devkit ILSVRC2012_devkit_t12.tar.gz --out /data/imagenet-shards
+    prepare-shards ... --out s3://bucket/imagenet-shards   # any fsspec URL: staged locally, uploaded
     prepare-shards finalize OUT      # only after multi-machine --part runs
 
 Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run.
@@ -14,6 +15,8 @@ import json
 import os
 import shutil
 import sys
+
+from . import storage
 
 SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -41,7 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--val", metavar="SRC", help="val source")
     src.add_argument("--devkit", metavar="TGZ", help="ILSVRC2012_devkit_t12.tar.gz (or its extracted folder): val labels")
     src.add_argument("--val-labels", metavar="CSV", help="Kaggle LOC_val_solution.csv: val labels")
-    p.add_argument("--out", required=True, metavar="OUT", help="output directory")
+    p.add_argument("--out", required=True, metavar="OUT",
+                   help="output directory, or a URL (s3://bucket/prefix, gs://..., any fsspec URL)")
+    p.add_argument("--staging", metavar="DIR",
+                   help="for a URL --out: local folder where shards are built before upload "
+                        "(default: a temp folder; needs about workers x shard size)")
+    storage.add_storage_option(p)
     img = p.add_argument_group("images")
     img.add_argument("--resize", default="longer:500",
                      help="longer:N | shorter:N | none; never upscales (default longer:500)")
@@ -63,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="build only part I of N (multi-machine); default from RANK/WORLD_SIZE or a Slurm array")
     run.add_argument("--overwrite", action="store_true", help="replace shards from a run with another config")
     run.add_argument("--no-verify", action="store_true",
-                     help="on resume, trust existing shards by size (skip re-hashing them)")
+                     help="on resume, trust existing shards by size (skip re-hashing them); for a URL --out, "
+                          "also check uploads by size only (for stores whose ETags are not md5s, e.g. SSE-KMS)")
     run.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return p
@@ -74,6 +83,7 @@ def build_finalize_parser() -> argparse.ArgumentParser:
                                 description="Assemble manifest.json, _info.json and the wids indexes once all "
                                             "--part runs are done (says which are missing otherwise).")
     p.add_argument("out", metavar="OUT")
+    storage.add_storage_option(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return p
 
@@ -111,21 +121,42 @@ def format_summary(s: dict) -> str:
 
 def _remove_if_no_shards(out: str) -> None:
     """Leave no partial output behind a run that failed before building any shard."""
-    records = os.path.join(out, "_prepare", "records")
-    if os.path.isdir(out) and not (os.path.isdir(records) and os.listdir(records)):
-        shutil.rmtree(out, ignore_errors=True)
+    path = storage.local_path(out)
+    if path is None:  # a URL: remove the job state we may have written, never the prefix itself
+        try:
+            try:
+                done = storage.listdir(storage.join(out, "_prepare/records"))
+            except FileNotFoundError:
+                done = []
+            if not done:
+                storage.remove(storage.join(out, "_prepare"), recursive=True)
+        except OSError:
+            pass  # cannot reach the store: there is nothing we could have written either
+        return
+    records = os.path.join(path, "_prepare", "records")
+    if os.path.isdir(path) and not (os.path.isdir(records) and os.listdir(records)):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _out_exists(out: str) -> bool:
+    path = storage.local_path(out)
+    if path is not None:
+        return os.path.exists(path)
+    return storage.exists(storage.join(out, "_prepare/state.json"))
 
 
 def main(argv=None) -> int:
     from .prepare import Config, PrepareError, finalize, parse_part, prepare, _summarize
 
+    redact = storage.redact
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["finalize"]:
         args = build_finalize_parser().parse_args(argv[1:])
         try:
-            summary = {"out": args.out, **_summarize(finalize(args.out))}
-        except PrepareError as e:
-            print(f"error: {e}", file=sys.stderr)
+            storage.apply_storage_options(args.out, args.storage_option)
+            summary = {"out": redact(args.out), **_summarize(finalize(args.out))}
+        except (PrepareError, OSError) as e:
+            print(f"error: {redact(e)}", file=sys.stderr)
             return 2
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
@@ -138,16 +169,18 @@ def main(argv=None) -> int:
     config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
                     exif_transpose=args.exif_transpose, splits=splits, shard_bytes=args.shard_bytes,
                     shard_samples=None if args.shard_bytes else (args.shard_samples or 1000))
-    created = not os.path.exists(args.out)
+    created = False
     try:
+        storage.apply_storage_options(args.out, args.storage_option)
+        created = not _out_exists(args.out)
         summary = prepare(out=args.out, train=args.train, val=args.val, devkit=args.devkit,
                           val_labels=args.val_labels, config=config, workers=args.workers,
                           part=parse_part(args.part), overwrite=args.overwrite,
-                          verify_existing=not args.no_verify, progress=not args.quiet)
+                          verify_existing=not args.no_verify, progress=not args.quiet, staging=args.staging)
     except (PrepareError, OSError) as e:
         if created:
             _remove_if_no_shards(args.out)
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redact(e)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(summary, sort_keys=True))

@@ -7,7 +7,6 @@ config give the same manifest bytes. See docs/format.md for the schema.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 
 from . import __version__, storage
@@ -24,13 +23,9 @@ def dumps(obj) -> str:
 
 
 def write_json_atomic(path: str, obj) -> None:
-    """Write JSON to a temp file beside `path`, fsync, rename."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(dumps(obj))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write JSON to `path` (a path or URL) atomically: locally a temp file beside it, fsync, rename;
+    on an object store one PUT."""
+    storage.write_bytes(path, dumps(obj).encode("utf-8"))
 
 
 def build_manifest(state: dict, records: dict[str, list[dict]]) -> dict:
@@ -110,9 +105,9 @@ def wids_index(manifest: dict, split: str) -> dict:
 def write_outputs(out_dir: str, manifest: dict) -> None:
     """Write the wids indexes and _info.json, then manifest.json last (its presence means complete)."""
     for split in manifest["splits"]:
-        write_json_atomic(os.path.join(out_dir, f"{split}.wids.json"), wids_index(manifest, split))
-    write_json_atomic(os.path.join(out_dir, "_info.json"), info_json(manifest))
-    write_json_atomic(os.path.join(out_dir, "manifest.json"), manifest)
+        write_json_atomic(storage.join(out_dir, f"{split}.wids.json"), wids_index(manifest, split))
+    write_json_atomic(storage.join(out_dir, "_info.json"), info_json(manifest))
+    write_json_atomic(storage.join(out_dir, "manifest.json"), manifest)
 
 
 def read_manifest_file(path: str) -> dict:

@@ -2,16 +2,15 @@
 
 Restartable by construction: a shard exists under its final name only when complete, and its record
 (``OUT/_prepare/records/``) is written after it. A rerun verifies what is there (record + size +
-sha256) and builds only the rest; shards are byte-reproducible, so the result equals a clean run.
+sha256, or for a remote OUT record + size + ETag) and builds only the rest; shards are
+byte-reproducible, so the result equals a clean run. OUT is a local folder or any fsspec URL
+(s3://...): `outdir` hides the difference.
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import multiprocessing
 import os
-import shutil
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -19,16 +18,14 @@ from dataclasses import asdict, dataclass
 
 from tqdm import tqdm
 
+from . import storage
 from .classes import wnid_names
 from .images import ImagePolicy, parse_resize
-from .manifest import build_manifest, dumps, write_json_atomic, write_outputs
+from .manifest import build_manifest, dumps, write_outputs
+from .outdir import SPLITS, STATE, open_outdir, record_name, record_rel
 from .plan import ShardSpec, part_of, plan_split
-from .shards import build_shard, sha256_file
 from .sources import (SourceError, index_train, index_val, val_labels_from_devkit,
                       val_labels_from_kaggle_csv)
-
-STATE_DIR = "_prepare"
-SPLITS = ("train", "val")
 
 
 class PrepareError(Exception):
@@ -120,56 +117,30 @@ def _class_table(classes: list[str]) -> list[dict]:
     return [{"index": i, "wnid": w, "name": names.get(w, w)} for i, w in enumerate(classes)]
 
 
-def _our_files(out: str) -> list[str]:
-    found = [os.path.join(out, STATE_DIR)] + [os.path.join(out, n) for n in ("manifest.json", "_info.json")]
-    found += glob.glob(os.path.join(out, "*.wids.json"))
-    for split in SPLITS:
-        found += glob.glob(os.path.join(out, split, "imagenet1k-*.tar"))
-        found += glob.glob(os.path.join(out, split, ".imagenet1k-*.tmp"))
-    return [p for p in found if os.path.exists(p)]
-
-
-def _open_out(out: str, state: dict, overwrite: bool) -> None:
+def _open_out(out, state: dict, overwrite: bool) -> None:
     """Create OUT (or check it belongs to this exact job), refusing a different config unless overwrite."""
-    state_path = os.path.join(out, STATE_DIR, "state.json")
-    if os.path.exists(state_path):
-        with open(state_path, encoding="utf-8") as f:
-            old = json.load(f)
-        if old != state:
+    where = storage.redact(out.root if not out.remote else out.url)
+    try:
+        old = out.read_json(STATE)
+    except (FileNotFoundError, NotADirectoryError):
+        old = None
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"cannot read {where}/{STATE}: {e}") from None
+    try:
+        if old is not None and old != state:
             if not overwrite:
                 changed = sorted(k for k in set(old) | set(state) if old.get(k) != state.get(k))
-                raise PrepareError(f"{out} holds shards from a different run ({', '.join(changed)} differ); "
+                raise PrepareError(f"{where} holds shards from a different run ({', '.join(changed)} differ); "
                                    "use a new --out, or --overwrite to replace them")
-            for p in _our_files(out):
-                shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
-    elif os.path.isdir(out) and any(os.path.exists(os.path.join(out, s)) for s in SPLITS) and not overwrite:
-        raise PrepareError(f"{out} already has train/ or val/ folders that this tool did not write; "
-                           "use an empty --out or --overwrite")
-    try:
-        os.makedirs(os.path.join(out, STATE_DIR, "records"), exist_ok=True)
-        if not os.path.exists(state_path):
-            write_json_atomic(state_path, state)
+            out.remove_ours()
+        elif old is None and out.has_foreign_splits() and not overwrite:
+            raise PrepareError(f"{where} already has train/ or val/ folders that this tool did not write; "
+                               "use an empty --out or --overwrite")
+        out.create()
+        if old != state:
+            out.write_json(STATE, state)
     except OSError as e:
-        raise PrepareError(f"cannot write to {out}: {e.strerror}") from None
-
-
-def _record_path(out: str, split: str, index: int) -> str:
-    return os.path.join(out, STATE_DIR, "records", f"{split}-{index:06d}.json")
-
-
-def _load_record(out: str, spec: ShardSpec, verify: bool) -> dict | None:
-    """The shard's record if the shard is complete and intact (size and sha256 as recorded), else None."""
-    try:
-        with open(_record_path(out, spec.split, spec.index), encoding="utf-8") as f:
-            rec = json.load(f)
-        path = os.path.join(out, spec.url)
-        if os.path.getsize(path) != rec["bytes"] or rec["planned"] != len(spec.samples):
-            return None
-        if verify and sha256_file(path) != rec["sha256"]:
-            return None
-        return rec
-    except (OSError, ValueError, KeyError):
-        return None
+        raise PrepareError(f"cannot write to {where}: {e.strerror or storage.redact(e)}") from None
 
 
 def _worker_init() -> None:
@@ -204,8 +175,11 @@ def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
 
 def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, config: Config = Config(),
             workers: int | None = None, part: tuple[int, int] = (0, 1), overwrite: bool = False,
-            verify_existing: bool = True, progress: bool = True) -> dict:
-    """Run (or resume) the offline job; returns the summary dict. Raises PrepareError/SourceError on bad input."""
+            verify_existing: bool = True, progress: bool = True, staging: str | None = None) -> dict:
+    """Run (or resume) the offline job; returns the summary dict. Raises PrepareError/SourceError on bad input.
+
+    `out`: a local folder or an fsspec URL; for a URL, shards are built in `staging` (default a
+    temp folder, removed at the end) and uploaded from there."""
     t0 = time.monotonic()
     _check_config(config)
     try:
@@ -230,43 +204,44 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, con
                            key=lambda x: (x["key"], x["source"]))}
                    for s, p in plans.items()},
     }
-    _open_out(out, state, overwrite)
+    outdir = open_outdir(out, staging=staging, verify=verify_existing)
+    try:
+        _open_out(outdir, state, overwrite)
+        all_specs = [spec for s in config.splits for spec in plans[s].shards]
+        mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
+        try:
+            records = outdir.load_records(mine, verify_existing)
+        except OSError as e:
+            raise PrepareError(f"cannot check what {storage.redact(out)} already holds: {e}") from None
+        pending = [spec for spec in mine if (spec.split, spec.index) not in records]
+        outdir.clean_stale(pending)  # temp files left by a killed run
+        done_images = _build(outdir, pending, config, workers, records, progress)
+        done = outdir.record_names()
+    finally:
+        outdir.close()
 
-    all_specs = [spec for s in config.splits for spec in plans[s].shards]
-    mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
-    records, pending = {}, []
-    for spec in mine:
-        rec = _load_record(out, spec, verify_existing)
-        if rec is None:
-            pending.append(spec)
-            stale = glob.glob(os.path.join(out, spec.split, f".{os.path.basename(spec.url)}.*.tmp"))
-            stale += glob.glob(_record_path(out, spec.split, spec.index) + ".tmp-*")
-            for path in stale:  # left by a killed run
-                os.unlink(path)
-        else:
-            records[(spec.split, spec.index)] = rec
-    done_images = _build(out, pending, config, workers, records, progress)
-
-    complete = all(os.path.exists(_record_path(out, sp.split, sp.index)) for sp in all_specs)
-    summary = {"out": out, "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
+    missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
+    summary = {"out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
                "shards_reused": len(mine) - len(pending), "images_processed": done_images,
                "wall_s": round(time.monotonic() - t0, 3)}
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
-    if complete:
+    if not missing:
         manifest = finalize(out)
         summary.update(_summarize(manifest))
     else:
-        missing = [n for n, sp in enumerate(all_specs) if not os.path.exists(_record_path(out, sp.split, sp.index))]
         summary.update({"complete": False, "shards_missing": len(missing),
                         "parts_missing": sorted({n % part[1] for n in missing})})
     return summary
 
 
-def _build(out: str, pending: list[ShardSpec], config: Config, workers: int | None, records: dict,
+def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, records: dict,
            progress: bool) -> int:
+    """Build the pending shards in worker processes (each builds, and for a remote OUT uploads and
+    checks, whole shards); the main process writes each record as its shard is done."""
     if not pending:
         return 0
     workers = workers or len(os.sched_getaffinity(0))
+    out.start_staging()
     totals = Counter(sp.split for sp in pending for _ in sp.samples)
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
                     dynamic_ncols=True, smoothing=0.05)
@@ -277,10 +252,10 @@ def _build(out: str, pending: list[ShardSpec], config: Config, workers: int | No
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
                                  initializer=_worker_init) as pool:
-            futures = [pool.submit(build_shard, sp, out, policy) for sp in pending]
+            futures = [pool.submit(out.build, sp, policy) for sp in pending]
             for fut in as_completed(futures):
                 rec = fut.result()
-                write_json_atomic(_record_path(out, rec["split"], rec["index"]), rec)
+                out.write_json(record_rel(rec["split"], rec["index"]), rec)
                 records[(rec["split"], rec["index"])] = rec
                 rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
                 bar = bars[rec["split"]]
@@ -294,31 +269,33 @@ def _build(out: str, pending: list[ShardSpec], config: Config, workers: int | No
 
 def finalize(out: str) -> dict:
     """Assemble manifest.json, _info.json and the wids indexes once every shard has its record."""
-    state_path = os.path.join(out, STATE_DIR, "state.json")
-    if not os.path.exists(state_path):
-        raise PrepareError(f"{out} has no {STATE_DIR}/state.json: run prepare-shards into it first")
-    with open(state_path, encoding="utf-8") as f:
-        state = json.load(f)
-    records, missing = {}, []
-    n = 0
-    for split in state["config"]["splits"]:
-        records[split] = []
-        for i in range(state["splits"][split]["num_shards"]):
-            try:
-                with open(_record_path(out, split, i), encoding="utf-8") as f:
-                    records[split].append(json.load(f))
-            except (OSError, ValueError):
+    outdir = open_outdir(out)
+    try:
+        try:
+            state = outdir.read_json(STATE)
+        except (FileNotFoundError, NotADirectoryError):
+            raise PrepareError(f"{storage.redact(out)} has no {STATE}: run prepare-shards into it first") from None
+        wanted = [(split, i) for split in state["config"]["splits"]
+                  for i in range(state["splits"][split]["num_shards"])]
+        found = outdir.read_jsons([record_rel(split, i) for split, i in wanted])
+        records = {split: [] for split in state["config"]["splits"]}
+        missing = []
+        for n, ((split, i), rec) in enumerate(zip(wanted, found)):
+            if rec is None:
                 missing.append((n, f"{split}/{i:06d}"))
-            n += 1
-    if missing:
-        raise PrepareError(f"{len(missing)} of {n} shards are not done yet (first: {missing[0][1]}, global shard "
-                           f"number {missing[0][0]}; with --part I/N that is part {missing[0][0]} mod N); "
-                           "run the missing parts, then finalize again")
-    for path in glob.glob(os.path.join(out, "*.json.tmp-*")):  # left by a finalize that was killed
-        os.unlink(path)
-    manifest = build_manifest(state, records)
-    write_outputs(out, manifest)
-    return manifest
+            else:
+                records[split].append(rec)
+        n = len(wanted)
+        if missing:
+            raise PrepareError(f"{len(missing)} of {n} shards are not done yet (first: {missing[0][1]}, global "
+                               f"shard number {missing[0][0]}; with --part I/N that is part {missing[0][0]} mod "
+                               "N); run the missing parts, then finalize again")
+        outdir.clean_tmp_json()
+        manifest = build_manifest(state, records)
+        write_outputs(out, manifest)
+        return manifest
+    except OSError as e:
+        raise PrepareError(f"cannot finalize {storage.redact(out)}: {storage.redact(e)}") from None
 
 
 def _summarize(manifest: dict) -> dict:

@@ -1,72 +1,612 @@
-"""The one place that opens DATA: local paths, file:// and (once their fsspec backends are installed) remote URLs.
+"""The one I/O layer: every read and write of DATA and OUT, local or remote, goes through here.
 
-Everything that reads a shard set goes through these five functions, so a new backend (s3, gcs,
-http) plugs in here without touching the callers. A URL is a string; a plain path is a local file.
-Errors are the backend's OSError subclasses (FileNotFoundError for a missing object).
+A URL is a string; a plain path (or ``file://``) is a local file and takes the direct path, with no
+layer in between. Anything else goes to fsspec (s3fs for ``s3://``, gcsfs for ``gs://``, aiohttp
+for ``http(s)://``), with:
+- storage options per protocol (``set_options``; the CLIs' ``--storage-option KEY=VALUE``), on top
+  of what the backend reads itself (AWS_ENDPOINT_URL, AWS_PROFILE, instance roles, ...);
+- retries with backoff for transient errors (HTTP 5xx/408/429, connection resets, timeouts);
+  permanent ones (404, 403, ...) are raised at once, naming the URL;
+- a reader that survives transient errors mid-file: it reopens and continues at the byte where it
+  stopped, so callers never see a duplicated or missing byte;
+- ``redact`` for every URL that goes into a message: no user:password@, no signed-URL secrets.
+Credentials are never taken from anywhere but the backend's standard sources and the options.
 """
 
 from __future__ import annotations
 
+import base64
+import errno
+import hashlib
+import io
+import json
+import logging
 import os
 import posixpath
+import random
+import re
+import time
+from dataclasses import dataclass
 
-from fsspec.core import url_to_fs
+log = logging.getLogger(__name__)
+
+UNLISTABLE = ("http", "https")  # plain HTTP has no listing (an autoindex page is not one)
+S3_PROTOCOLS = ("s3", "s3a")
+UPLOAD_PART_BYTES = 64 * 2**20  # S3 multipart part size we upload with (so we know its composite ETag)
 
 
-def _has_protocol(url: str) -> bool:
-    return "://" in str(url)
+# ----------------------------------------------------------------------------- URLs and options
+
+def protocol(url) -> str:
+    """'s3', 'https', ... or '' for a plain local path."""
+    url = str(url)
+    return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
-def _fs(url):
-    return url_to_fs(str(url))
+def local_path(url) -> str | None:
+    """The local path `url` names (a plain path or file://...), or None for a remote URL."""
+    url = str(url)
+    p = protocol(url)
+    if not p:
+        return url
+    if p in ("file", "local"):
+        return url.split("://", 1)[1]
+    return None
 
 
-def open_url(url, mode: str = "rb"):
-    """Open `url` and return a file object (use it as a context manager)."""
-    if not _has_protocol(url):
-        return open(url, mode)  # the common case, with no layer in between
-    fs, path = _fs(url)
-    return fs.open(path, mode)
+def is_remote(url) -> bool:
+    return local_path(url) is None
+
+
+def can_list(url) -> bool:
+    """Whether the store behind `url` can list a folder (plain HTTP cannot)."""
+    return protocol(url) not in UNLISTABLE
+
+
+_OPTIONS: dict[str, dict] = {}
+
+
+def parse_storage_options(pairs) -> dict:
+    """['endpoint_url=http://h:9000', 'anon=true', 'client_kwargs.region_name=eu'] -> nested dict.
+
+    Values that read as JSON scalars (true, false, null, numbers) are converted; dotted keys nest.
+    ValueError for an item without '='."""
+    out: dict = {}
+    for item in pairs or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--storage-option takes KEY=VALUE, got {item.split('=')[0]!r}")
+        try:
+            parsed = json.loads(value)
+            if isinstance(parsed, (dict, list, str)):
+                parsed = value
+        except ValueError:
+            parsed = value
+        *parents, leaf = key.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = parsed
+    return out
+
+
+def set_options(url_or_protocol: str, options: dict | None) -> None:
+    """Storage options (fsspec keyword arguments) for every URL of this protocol, in this process
+    and the worker processes it forks. `url_or_protocol`: 's3' or any URL of that scheme."""
+    proto = protocol(url_or_protocol) or str(url_or_protocol).lower()
+    if options:
+        _OPTIONS[proto] = dict(options)
+    else:
+        _OPTIONS.pop(proto, None)
+
+
+def add_storage_option(parser) -> None:
+    """--storage-option KEY=VALUE (repeatable) on an argparse parser; every CLI that takes a URL has it."""
+    import argparse
+
+    def pair(text: str) -> str:
+        if "=" not in text or text.startswith("="):
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text.split('=')[0]!r}")
+        return text
+
+    parser.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE", type=pair,
+        help="fsspec option for URLs, e.g. endpoint_url=http://minio:9000 (MinIO, R2, Ceph), profile=NAME, "
+             "anon=true, client_kwargs.region_name=eu-west-1; repeatable. Credentials come from the standard "
+             "sources (AWS_* environment, profiles, instance roles): see docs/storage.md")
+
+
+def apply_storage_options(url, pairs) -> None:
+    """Use the --storage-option pairs for every URL with the protocol of `url` (none for a local path)."""
+    options = parse_storage_options(pairs)
+    if options and is_remote(url):
+        set_options(url, options)
+
+
+def options_snapshot() -> dict:
+    """The current options, to hand to a spawned process (`restore_options` there)."""
+    return {k: dict(v) for k, v in _OPTIONS.items()}
+
+
+def restore_options(snapshot: dict) -> None:
+    _OPTIONS.clear()
+    _OPTIONS.update(snapshot)
+
+
+def fs_for(url):
+    """(fsspec filesystem, path) for a URL, with this protocol's storage options."""
+    from fsspec.core import url_to_fs
+
+    url = str(url)
+    return url_to_fs(url, **_OPTIONS.get(protocol(url), {}))
 
 
 def join(base, rel: str) -> str:
     """`base`/`rel` for a local path or a URL (URLs always use '/')."""
     base = str(base)
-    if _has_protocol(base):
+    if "://" in base:
         return posixpath.join(base.rstrip("/") + "/", rel)
     return os.path.join(base, rel)
 
 
+# ----------------------------------------------------------------------------- redaction
+
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@?#]+@")
+_SECRET_PARAMS = re.compile(
+    r"(?i)([?&;](?:x-amz-signature|x-amz-credential|x-amz-security-token|awsaccesskeyid|signature|"
+    r"x-goog-signature|x-goog-credential|googleaccessid|sig|se|st|sv|skoid|sktid|token|access_token|"
+    r"id_token|auth|key|api_key|apikey|secret|password|passwd|credential|policy)=)[^&\s#'\"]*")
+
+
+def redact(text) -> str:
+    """`text` (a URL or a message holding URLs) without user:password@ and signed-URL secrets."""
+    text = _USERINFO.sub(r"\1***@", str(text))
+    return _SECRET_PARAMS.sub(r"\1REDACTED", text)
+
+
+# ----------------------------------------------------------------------------- errors and retries
+
+TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+_TRANSIENT_ERRNO = frozenset({errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.ETIMEDOUT,
+                              errno.EPIPE, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
+                              errno.EBUSY, errno.EAGAIN, getattr(errno, "EREMOTEIO", 121)})
+
+
+class StorageError(OSError):
+    """A remote read or write failed for good; the message names the (redacted) URL and why."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Up to `attempts` tries of one operation; waits grow 2x from `base_s` up to `max_s` (jittered)."""
+
+    attempts: int = 8
+    base_s: float = 0.5
+    max_s: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        d = min(self.max_s, self.base_s * 2 ** (failures - 1))
+        return d / 2 + random.random() * d / 2
+
+
+_retry_policy = RetryPolicy()
+
+
+def set_retry_policy(policy: RetryPolicy) -> None:
+    """Process-wide retry policy (inherited by forked workers)."""
+    global _retry_policy
+    _retry_policy = policy
+
+
+def retry_policy() -> RetryPolicy:
+    return _retry_policy
+
+
+def _chain(exc):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def http_status(exc) -> int | None:
+    """The HTTP status an exception carries (aiohttp, botocore, requests-style), else None."""
+    for e in _chain(exc):
+        status = getattr(e, "status", None)
+        if isinstance(status, int) and 100 <= status <= 599:
+            return status
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(code, int):
+                return code
+        code = getattr(response, "status_code", None)
+        if isinstance(code, int):
+            return code
+    return None
+
+
+def is_transient(exc) -> bool:
+    """True for errors worth retrying: HTTP 5xx/408/429, connection resets/refusals, timeouts, a body
+    cut short. A status in the exception chain decides first (fsspec's http turns a 503 on HEAD into
+    a FileNotFoundError whose cause has the 503); a 404/403 or anything unrecognised is permanent."""
+    status = http_status(exc)
+    if status is not None:
+        return status in TRANSIENT_STATUS or status >= 500
+    for e in _chain(exc):
+        name = type(e).__name__
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            return True
+        if name in ("ClientPayloadError", "ServerDisconnectedError", "ClientConnectionError", "ClientOSError",
+                    "ServerTimeoutError", "ClientConnectorError", "IncompleteRead", "ProtocolError",
+                    "FSTimeoutError", "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
+                    "ConnectTimeoutError", "ResponseStreamingError", "_TruncatedRead"):
+            return True
+        if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                          FileExistsError)):
+            return False
+        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNO:
+            return True
+    return False
+
+
+def _reason(exc) -> str:
+    status = http_status(exc)
+    if isinstance(exc, FileNotFoundError):
+        return "not found" + (f" (HTTP {status})" if status else "")
+    if isinstance(exc, PermissionError):
+        return "access denied: check the credentials and the bucket policy" + (f" (HTTP {status})" if status else "")
+    text = redact(str(exc)).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+
+
+def named_error(exc, url, action: str = "read") -> OSError:
+    """An OSError of the same kind (FileNotFoundError, PermissionError, ...) saying which URL and why."""
+    msg = f"cannot {action} {redact(url)}: {_reason(exc)}"
+    kind = type(exc) if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError,
+                                          NotADirectoryError)) else StorageError
+    return kind(msg)
+
+
+def call(fn, url, *, action: str = "read", policy: RetryPolicy | None = None, sleep=time.sleep):
+    """fn() with retries on transient errors; a permanent error (or running out of tries) is raised
+    as `named_error` (the original exception is not chained: its text may hold secrets)."""
+    policy = policy or _retry_policy
+    failures = 0
+    while True:
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - classified right here
+            failures += 1
+            if not is_transient(e):
+                raise named_error(e, url, action) from None
+            if failures >= policy.attempts:
+                err = named_error(e, url, action)
+                raise StorageError(f"{err} (still failing after {failures} tries)") from None
+            wait = policy.delay(failures)
+            (log.warning if failures > 1 else log.info)(
+                "transient error on %s (%s); retry %d/%d in %.2f s", redact(url), _reason(e), failures,
+                policy.attempts - 1, wait)
+            sleep(wait)
+
+
+# ----------------------------------------------------------------------------- reading
+
+class RetryingReader(io.RawIOBase):
+    """A read-only file over a remote object that survives transient errors: on one, it reopens the
+    object (with backoff) and continues at the byte where it stopped (seek, or read past for a
+    stream), so the bytes handed out are exactly the object's bytes, once each. A size that changes
+    between opens means the object was replaced: StorageError, not mixed bytes."""
+
+    def __init__(self, url: str, policy: RetryPolicy | None = None):
+        super().__init__()
+        self.url, self.policy = str(url), policy or _retry_policy
+        self.pos = 0
+        self.reopens = 0
+        self._f = None
+        self._size = None
+        self._f = call(self._open_at_zero, self.url, policy=self.policy)
+        self._size = getattr(self._f, "size", None)
+
+    def _open_at_zero(self):
+        fs, path = fs_for(self.url)
+        fs.invalidate_cache(path)
+        return fs.open(path, "rb")
+
+    def _reopen(self):
+        f = self._open_at_zero()
+        size = getattr(f, "size", None)
+        if self._size is not None and size is not None and size != self._size:
+            f.close()
+            raise StorageError(f"{redact(self.url)} changed while it was being read ({self._size} -> {size} "
+                               "bytes); start again")
+        try:
+            f.seek(self.pos)
+        except (ValueError, OSError, io.UnsupportedOperation):  # a stream: read up to where we were
+            left = self.pos
+            while left:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    raise ConnectionResetError("stream ended before the resume point")
+                left -= len(chunk)
+        return f
+
+    def _with_retries(self, op):
+        failures = 0
+        while True:
+            try:
+                return op()
+            except Exception as e:  # noqa: BLE001 - classified right here
+                if isinstance(e, StorageError):
+                    raise
+                failures += 1
+                if not is_transient(e):
+                    raise named_error(e, self.url) from None
+                if failures >= self.policy.attempts:
+                    raise StorageError(f"{named_error(e, self.url)} (at byte {self.pos}; still failing after "
+                                       f"{failures} tries)") from None
+                wait = self.policy.delay(failures)
+                (log.warning if failures > 1 else log.info)(
+                    "transient error reading %s at byte %d (%s); reopening in %.2f s", redact(self.url),
+                    self.pos, _reason(e), wait)
+                time.sleep(wait)
+                try:
+                    if self._f is not None:
+                        self._f.close()
+                except Exception:  # noqa: BLE001 - the old connection is gone anyway
+                    pass
+                self._f = None  # the next try reopens at self.pos (inside the try: its errors count too)
+                self.reopens += 1
+
+    def read(self, n: int = -1) -> bytes:
+        def op():
+            if self._f is None:
+                self._f = self._reopen()
+            data = self._f.read(n) if n is not None and n >= 0 else self._f.read()
+            if not data and n != 0 and self._size is not None and self.pos < self._size:
+                raise _TruncatedRead(f"connection ended at byte {self.pos} of {self._size}")
+            return data
+
+        data = self._with_retries(op)
+        self.pos += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self.pos
+        elif whence == io.SEEK_END:
+            if self._size is None:
+                raise io.UnsupportedOperation("size unknown: cannot seek from the end")
+            offset += self._size
+        if offset < 0:
+            raise ValueError("negative seek position")
+        if offset != self.pos:
+            self.pos = offset
+            try:
+                self._f.seek(offset)
+            except (ValueError, OSError, io.UnsupportedOperation):  # a stream: reopen at the next read
+                self._f.close()
+                self._f = None
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    @property
+    def size(self) -> int | None:
+        return self._size
+
+    def close(self) -> None:
+        if self._f is not None:
+            try:
+                self._f.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection must not mask the real error
+                pass
+            self._f = None
+        super().close()
+
+
+class _TruncatedRead(ConnectionError):
+    """The connection ended before the object did (a server or proxy closed it cleanly mid-body)."""
+
+
+def open_url(url, mode: str = "rb"):
+    """Open `url` and return a file object (use it as a context manager).
+
+    Local: the builtin ``open``. Remote "rb": a `RetryingReader`. Permanent errors (missing object,
+    no access) raise at once as FileNotFoundError/PermissionError naming the redacted URL."""
+    path = local_path(url)
+    if path is not None:
+        return open(path, mode)
+    if mode == "rb":
+        return RetryingReader(url)
+    fs, p = fs_for(url)
+    return fs.open(p, mode)
+
+
+def read_bytes(url) -> bytes:
+    """The whole object/file at `url`."""
+    with open_url(url, "rb") as f:
+        return f.read()
+
+
 def exists(url) -> bool:
     """True if `url` names an existing file or directory."""
-    if not _has_protocol(url):
-        return os.path.exists(url)
-    fs, path = _fs(url)
-    return fs.exists(path)
+    path = local_path(url)
+    if path is not None:
+        return os.path.exists(path)
+    fs, p = fs_for(url)
+    fs.invalidate_cache(p)
+    return bool(call(lambda: fs.exists(p), url))
 
 
 def isdir(url) -> bool:
     """True if `url` names a directory (or, on object stores, a prefix holding objects)."""
-    if not _has_protocol(url):
-        return os.path.isdir(url)
-    fs, path = _fs(url)
-    return fs.isdir(path)
+    path = local_path(url)
+    if path is not None:
+        return os.path.isdir(path)
+    fs, p = fs_for(url)
+    fs.invalidate_cache(p)
+    return bool(call(lambda: fs.isdir(p), url))
 
 
 def size(url) -> int:
     """Size of the file at `url` in bytes; FileNotFoundError if there is none."""
-    if not _has_protocol(url):
-        return os.path.getsize(url)
-    fs, path = _fs(url)
-    return int(fs.size(path))
+    return info(url).size
 
 
 def listdir(url) -> list[str]:
     """Names (not paths) of the entries directly under `url`, sorted; FileNotFoundError if it is not there."""
-    if not _has_protocol(url):
-        return sorted(os.listdir(url))
-    fs, path = _fs(url)
-    return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
+    path = local_path(url)
+    if path is not None:
+        return sorted(os.listdir(path))
+    return sorted(list_details(url))
 
 
-__all__ = ["exists", "isdir", "join", "listdir", "open_url", "size"]
+def list_details(url) -> dict[str, "ObjectInfo"]:
+    """{name: ObjectInfo} of the entries directly under `url` (one listing call on object stores)."""
+    path = local_path(url)
+    if path is not None:
+        return {n: ObjectInfo(os.path.getsize(os.path.join(path, n)) if os.path.isfile(os.path.join(path, n))
+                              else 0) for n in os.listdir(path)}
+    fs, p = fs_for(url)
+    fs.invalidate_cache(p)
+    entries = call(lambda: fs.ls(p, detail=True), url, action="list")
+    return {posixpath.basename(e["name"].rstrip("/")): _object_info(e) for e in entries}
+
+
+# ----------------------------------------------------------------------------- object metadata
+
+_MD5_HEX = re.compile(r"[0-9a-f]{32}")
+_MULTIPART_ETAG = re.compile(r"[0-9a-f]{32}-\d+")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What the store says about an object: size, its ETag (S3/GCS/HTTP) and an md5 where the store
+    vouches for one (an S3 single-part ETag, GCS md5Hash, HTTP Content-MD5)."""
+
+    size: int
+    etag: str | None = None
+    md5: str | None = None
+
+
+def _object_info(d: dict) -> ObjectInfo:
+    etag = d.get("ETag") or d.get("etag") or None
+    etag = etag.strip('"').strip() if isinstance(etag, str) else None
+    md5 = None
+    b64 = d.get("md5Hash") or d.get("Content-MD5")
+    if isinstance(b64, str):
+        try:
+            md5 = base64.b64decode(b64).hex()
+        except ValueError:
+            md5 = None
+    elif etag and _MD5_HEX.fullmatch(etag) and "md5Hash" not in d and "mimetype" not in d:
+        md5 = etag  # S3's ETag of a single-part upload (not for SSE-KMS/SSE-C objects: see docs/storage.md)
+    size = d.get("size")
+    return ObjectInfo(int(size) if size is not None else -1, etag, md5)
+
+
+def info(url) -> ObjectInfo:
+    """Size (and ETag/md5 where the store has them) of the file at `url`; FileNotFoundError if none."""
+    path = local_path(url)
+    if path is not None:
+        return ObjectInfo(os.path.getsize(path))
+    fs, p = fs_for(url)
+    fs.invalidate_cache(p)
+    return _object_info(call(lambda: fs.info(p), url))
+
+
+def multipart_etag(path: str, part_bytes: int | None = None) -> str:
+    """The ETag S3 gives an object uploaded from local `path` in parts of `part_bytes` (default: what
+    `put_file` uses): md5 of the parts' md5 digests, '-', the number of parts."""
+    part_bytes = part_bytes or UPLOAD_PART_BYTES
+    digests = []
+    with open(path, "rb") as f:
+        while part := f.read(part_bytes):
+            digests.append(hashlib.md5(part).digest())
+    return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
+
+
+def uploads_in_parts(size: int) -> bool:
+    """Whether `put_file` uploads an object of `size` bytes to S3 in parts (s3fs: from 2 parts on)."""
+    return size >= 2 * UPLOAD_PART_BYTES
+
+
+# ----------------------------------------------------------------------------- writing
+
+def write_bytes(url, data: bytes) -> None:
+    """Write `data` to `url` atomically: local temp file + fsync + rename; remote: one PUT (atomic per
+    object on object stores), retried on transient errors."""
+    path = local_path(url)
+    if path is not None:
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return
+    fs, p = fs_for(url)
+    call(lambda: fs.pipe_file(p, data), url, action="write")
+
+
+def put_file(local: str, url) -> None:
+    """Upload local file `local` to `url` (retried on transient errors). On S3 a file from
+    2 x UPLOAD_PART_BYTES on goes up as a multipart upload in parts of that size; either way the
+    object appears only when complete (an interrupted upload leaves none)."""
+    fs, p = fs_for(url)
+    kw = {"chunksize": UPLOAD_PART_BYTES} if protocol(url) in S3_PROTOCOLS else {}
+    call(lambda: fs.put_file(local, p, **kw), url, action="upload to")
+
+
+def makedirs(url) -> None:
+    """Create the folder `url` (and parents) where folders exist; nothing on object stores, where
+    a prefix needs no creating (and creating a bucket by accident is worse than an error)."""
+    path = local_path(url)
+    if path is not None:
+        os.makedirs(path, exist_ok=True)
+    elif protocol(url) not in S3_PROTOCOLS + ("gs", "gcs", "az", "abfs", "abfss"):
+        fs, p = fs_for(url)
+        call(lambda: fs.makedirs(p, exist_ok=True), url, action="create")
+
+
+def remove(url, recursive: bool = False) -> None:
+    """Delete the file (or with `recursive`, the folder/prefix) at `url`; no error if it is not there."""
+    import shutil
+
+    path = local_path(url)
+    if path is not None:
+        if os.path.isdir(path) and recursive:
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+        return
+    fs, p = fs_for(url)
+
+    def rm():
+        try:
+            fs.rm(p, recursive=recursive)
+        except FileNotFoundError:
+            pass
+    call(rm, url, action="delete")
+    fs.invalidate_cache(p)
+
+
+__all__ = ["ObjectInfo", "RetryPolicy", "RetryingReader", "StorageError", "can_list", "exists", "fs_for", "info",
+           "is_remote", "is_transient", "isdir", "join", "list_details", "listdir", "local_path",
+           "multipart_etag", "named_error", "open_url", "options_snapshot", "parse_storage_options", "put_file",
+           "read_bytes", "redact", "remove", "restore_options", "set_options", "set_retry_policy", "size",
+           "write_bytes"]
