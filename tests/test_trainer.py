@@ -1,18 +1,15 @@
 """The streaming trainer on CPU: schedules, device-side batches, a real tiny run, resume, checkpoints.
 
-Shard sets are written on the fly in the docs/format.md layout by `write_tiny_shards` (solid
-class colours plus noise, so a tiny model can tell classes apart); test_trainer_ddp.py uses it too.
+Shard sets are made on the fly by `write_tiny_shards`: the synthetic generator's learnable classes
+through the real prepare-shards, resized to 64 px; test_trainer_ddp.py uses it too.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
 import time
 from pathlib import Path
@@ -36,63 +33,18 @@ TINY = ["--arch", "resnet18", "--res", "32", "--val-res", "36", "--val-crop", "3
 
 # ----------------------------------------------------------------------------- tiny shard sets
 
-def _tar_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o644, 0
-    tar.addfile(info, io.BytesIO(data))
-
-
-def _jpeg(label: int, rng: np.random.Generator, size=(40, 48)) -> bytes:
-    from PIL import Image
-    h, w = size
-    pixels = np.array(PALETTE[label % len(PALETTE)], dtype=np.float32) + rng.normal(0, 25, (h, w, 3))
-    buf = io.BytesIO()
-    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=90)
-    return buf.getvalue()
-
-
 def write_tiny_shards(out: Path, *, classes: int = 4, train_per_class: int = 16, val_per_class: int = 5,
                       shard_samples: int = 13, seed: int = 0) -> Path:
-    """A shard set + manifest.json in the docs/format.md layout; returns `out`."""
-    rng = np.random.default_rng(seed)
-    wnids = [f"n{9000000 + 7 * i:08d}" for i in range(classes)]
-    manifest_splits = {}
-    for split, per_class in (("train", train_per_class), ("val", val_per_class)):
-        samples = [(c, i) for c in range(classes) for i in range(per_class)]
-        order = rng.permutation(len(samples))
-        samples = [samples[j] for j in order]
-        shards, counts = [], {}
-        (out / split).mkdir(parents=True, exist_ok=True)
-        name = "train" if split == "train" else "validation"
-        for s, start in enumerate(range(0, len(samples), shard_samples)):
-            url = f"{split}/imagenet1k-{name}-{s:06d}.tar"
-            chunk = samples[start:start + shard_samples]
-            with tarfile.open(out / url, "w", format=tarfile.GNU_FORMAT) as tar:
-                for c, i in chunk:
-                    key = f"{wnids[c]}_{i}" if split == "train" else f"ILSVRC2012_val_{c * per_class + i + 1:08d}"
-                    jpg = _jpeg(c, rng)
-                    meta = {"filename": key + ".JPEG", "fixes": [], "height": 40, "label": c,
-                            "orig_height": 40, "orig_width": 48, "width": 48, "wnid": wnids[c]}
-                    _tar_member(tar, key + ".jpg", jpg)
-                    _tar_member(tar, key + ".cls", str(c).encode())
-                    _tar_member(tar, key + ".json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
-                    counts[wnids[c]] = counts.get(wnids[c], 0) + 1
-            data = (out / url).read_bytes()
-            shards.append({"url": url, "num_samples": len(chunk), "bytes": len(data),
-                           "sha256": hashlib.sha256(data).hexdigest(), "md5": hashlib.md5(data).hexdigest()})
-        manifest_splits[split] = {"num_samples": len(samples), "num_shards": len(shards),
-                                  "images_in": len(samples), "num_rejected": 0, "num_skipped": 0,
-                                  "class_counts": dict(sorted(counts.items())), "shards": shards}
-    manifest = {
-        "format": "imagenet-shards-manifest", "format_version": 1,
-        "tool": {"name": "imagenet-shards", "version": "0.1.0"}, "name": "imagenet1k",
-        "config": {"seed": seed, "shard_samples": shard_samples, "splits": ["train", "val"]},
-        "sources": [], "classes": [{"index": i, "wnid": w, "name": f"class {i}"} for i, w in enumerate(wnids)],
-        "splits": manifest_splits, "rejected": [], "skipped": [], "fixed": {"counts": {}, "samples": []},
-        "totals": {"samples": sum(s["num_samples"] for s in manifest_splits.values())},
-        "conservation": "per split: images_in = num_samples + num_rejected + num_skipped",
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+    """A real shard set: the synthetic generator's learnable classes through prepare-shards, at 64 px."""
+    from pipeline.prepare import Config, prepare
+    from pipeline.synthetic import generate
+
+    src = out.parent / f"{out.name}-archives"
+    generate(src, classes=classes, train_per_class=train_per_class, val_per_class=val_per_class, seed=seed,
+             quirks=False, progress=False)
+    prepare(out=str(out), train=src / "ILSVRC2012_img_train.tar", val=src / "ILSVRC2012_img_val.tar",
+            devkit=src / "ILSVRC2012_devkit_t12.tar.gz", workers=1, progress=False,
+            config=Config(resize="longer:64", shard_samples=shard_samples, seed=seed))
     return out
 
 
