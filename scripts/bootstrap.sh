@@ -22,6 +22,19 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 quiet_pip() {  # pip, minus the "Location ... is ignored" noise some machines' pip.conf produces
   "${PIP[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
+# libjpeg-turbo and zlib headers: pillow-simd and our optional JPEG crop decoder compile against them
+need_headers=0
+for h in /usr/include/jpeglib.h /usr/include/zlib.h; do [ -f "$h" ] || need_headers=1; done
+if [ $need_headers = 1 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing libjpeg-dev zlib1g-dev (headers for pillow-simd and the turbo decoder)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg-dev zlib1g-dev >/dev/null || true
+  else
+    say "pillow-simd needs JPEG/zlib headers: run  sudo apt-get install -y libjpeg-dev zlib1g-dev  and re-run"
+  fi
+fi
+
 spec="."
 [ -n "$EXTRAS" ] && spec=".[$EXTRAS]"
 say "installing $spec (torch/torchvision come from the local wheel cache where one is configured)"
@@ -42,17 +55,6 @@ print("yes" if simd and not plain else "no")
 PY
 )
 if [ "$have_simd" != yes ]; then
-  need_headers=0
-  for h in /usr/include/jpeglib.h /usr/include/zlib.h; do [ -f "$h" ] || need_headers=1; done
-  if [ $need_headers = 1 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      say "installing libjpeg-dev zlib1g-dev (headers for pillow-simd)"
-      DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg-dev zlib1g-dev >/dev/null || true
-    else
-      say "pillow-simd needs JPEG/zlib headers: run  sudo apt-get install -y libjpeg-dev zlib1g-dev  and re-run"
-    fi
-  fi
   cc_flags="cc"
   grep -qw avx2 /proc/cpuinfo 2>/dev/null && cc_flags="cc -mavx2"
   say "building pillow-simd (CC='$cc_flags', ~40 s)"
