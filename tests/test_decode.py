@@ -1,4 +1,4 @@
-"""Per-sample decoding: crop geometry, accuracy against torchvision, row-limited decode, errors, augs."""
+"""Per-sample decoding: crop geometry, accuracy against torchvision, row-limited and region decode, errors, augs."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ def photo() -> bytes:
 
 def pil_rgb(data: bytes) -> Image.Image:
     return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+needs_turbo = pytest.mark.skipif(dec._jpegcrop is None, reason="train._jpegcrop not built (no libjpeg-turbo headers)")
+# every decoder this build has: the turbo tests below skip without the extension, these just shrink
+BUILT = ["turbo", "pil"] if dec._jpegcrop is not None else ["pil"]
 
 
 # ----------------------------------------------------------------------------- geometry
@@ -69,20 +74,29 @@ def test_center_crop_params_match_resize_then_crop():
 # ----------------------------------------------------------------------------- accuracy
 
 @pytest.mark.parametrize("size", [(200, 150), (150, 200), (97, 131)])
-def test_val_pil_equals_torchvision_resize_center_crop(size):
+@pytest.mark.parametrize("decoder", BUILT)
+def test_val_equals_torchvision_resize_center_crop(size, decoder):
     data = jpeg(texture_image(*size, seed=2))
-    out = dec.decode_val(data, resize=80, crop=64)
+    out = dec.decode_val(data, resize=80, crop=64, decoder=decoder)
     ref = T.Compose([T.Resize(80), T.CenterCrop(64), T.PILToTensor()])(pil_rgb(data)).numpy()
     assert out.shape == (3, 64, 64) and out.dtype == np.uint8
     diff = np.abs(out.astype(int) - ref)
     assert diff.max() <= 2 and diff.mean() < 0.05
 
 
-def test_val_with_dct_downscale_stays_close():
-    data = jpeg(texture_image(640, 480, seed=3))  # shorter side 480 -> 96: a 1/4 draft applies
-    out = dec.decode_val(data, resize=96, crop=80)
+@pytest.mark.parametrize("decoder", BUILT)
+@pytest.mark.parametrize("size", [(640, 480), (500, 375)])
+def test_val_with_dct_downscale_stays_close(size, decoder):
+    data = jpeg(texture_image(*size, seed=3))  # shorter side 480 -> 96: a 1/4 draft applies (1/2 for 375)
+    out = dec.decode_val(data, resize=96, crop=80, decoder=decoder)
     ref = T.Compose([T.Resize(96), T.CenterCrop(80), T.PILToTensor()])(pil_rgb(data)).numpy()
     assert np.abs(out.astype(int) - ref).mean() < 4
+
+
+def test_draft_applies_to_odd_sizes():
+    # Pillow picks its draft scale as min(W // w, H // h): 375 rows must still get 1/2
+    img = Image.open(io.BytesIO(jpeg(texture_image(500, 375, seed=3))))
+    assert dec._draft_scale(img, 300, 300, 100, 100) == 2 and img.size == (250, 188)
 
 
 def test_val_tvio_close_to_reference(photo):
@@ -91,22 +105,26 @@ def test_val_tvio_close_to_reference(photo):
     assert out.shape == (3, 64, 64) and np.abs(out.astype(int) - ref).mean() < 2.5
 
 
-def test_train_full_crop_equals_plain_resize(photo):
+@pytest.mark.parametrize("decoder", BUILT)
+def test_train_full_crop_equals_plain_resize(photo, decoder):
     # scale 1 and the image's own aspect: the crop is the whole picture
-    out = dec.decode_train(photo, res=48, rng=random.Random(0), scale=(1, 1), ratio=(4 / 3, 4 / 3), hflip=False)
+    out = dec.decode_train(photo, res=48, rng=random.Random(0), scale=(1, 1), ratio=(4 / 3, 4 / 3), hflip=False,
+                           decoder=decoder)
     ref = np.asarray(pil_rgb(photo).resize((48, 48), Image.BILINEAR)).transpose(2, 0, 1)
     assert np.abs(out.astype(int) - ref).max() <= 2
 
 
-def test_train_same_seed_same_crop_for_both_decoders_and_flip(photo):
-    a = dec.decode_train(photo, res=32, rng=random.Random(5), decoder="pil")
+@pytest.mark.parametrize("decoder", BUILT)
+def test_train_same_seed_same_crop_for_both_decoders_and_flip(photo, decoder):
+    a = dec.decode_train(photo, res=32, rng=random.Random(5), decoder=decoder)
     b = dec.decode_train(photo, res=32, rng=random.Random(5), decoder="tvio")
     assert np.abs(a.astype(int) - b).mean() < 6  # same crop, different resamplers
     flips = set()
     for seed in range(12):
         rng = random.Random(seed)
-        noflip = dec.decode_train(photo, res=32, rng=random.Random(seed), hflip=False)
-        out = dec.decode_train(photo, res=32, rng=rng)
+        noflip = dec.decode_train(photo, res=32, rng=random.Random(seed), hflip=False, decoder=decoder)
+        out = dec.decode_train(photo, res=32, rng=rng, decoder=decoder)
+        assert out.shape == (3, 32, 32) and out.dtype == np.uint8
         flips.add(bool((out == noflip).all()) or (bool((out == noflip[:, :, ::-1]).all()) and "flipped"))
     assert flips == {True, "flipped"}
 
@@ -136,7 +154,7 @@ def test_grayscale_and_progressive_jpegs(photo):
 
 # ----------------------------------------------------------------------------- errors
 
-@pytest.mark.parametrize("decoder", ["pil", "tvio"])
+@pytest.mark.parametrize("decoder", BUILT + ["tvio"])
 def test_undecodable_raises_decode_error(photo, decoder):
     for bad in (b"", b"not a jpeg at all", photo[: len(photo) // 3]):
         with pytest.raises(dec.DecodeError):
@@ -149,9 +167,80 @@ def test_decode_label_and_decoder_names():
     assert dec.decode_label(b"417") == 417
     with pytest.raises(dec.DecodeError):
         dec.decode_label(b"n01440764")
-    assert dec.resolve_decoder("auto") in ("pil", "tvio")
+    assert dec.resolve_decoder("auto") == ("turbo" if dec._jpegcrop is not None else "pil")
     with pytest.raises(ValueError, match="unknown decoder"):
         dec.resolve_decoder("dali")
+
+
+# ----------------------------------------------------------------------------- turbo (libjpeg-turbo region decode)
+
+@needs_turbo
+@pytest.mark.parametrize("size", [(500, 375), (375, 500), (333, 251), (64, 48)])
+def test_turbo_train_crops_equal_pil(size):
+    # same libjpeg, same DCT scaling, same resample: the region decode must not change a pixel,
+    # at every reduction (res 24..224 on these sizes gives scales 1, 2, 4 and 8)
+    data = jpeg(texture_image(*size, seed=7))
+    for res in (224, 160, 96, 48, 24):
+        for seed in range(6):
+            a = dec.decode_train(data, res=res, rng=random.Random(seed), decoder="turbo")
+            b = dec.decode_train(data, res=res, rng=random.Random(seed), decoder="pil")
+            assert a.shape == (3, res, res) and a.dtype == np.uint8
+            assert np.abs(a.astype(int) - b).max() <= 1, (size, res, seed)
+
+
+@needs_turbo
+def test_turbo_is_deterministic(photo):
+    outs = [dec.decode_train(photo, res=40, rng=random.Random(seed), decoder="turbo") for seed in (3, 3, 4)]
+    assert np.array_equal(outs[0], outs[1]) and not np.array_equal(outs[0], outs[2])
+
+
+@needs_turbo
+def test_turbo_region_equals_full_decode():
+    data = jpeg(texture_image(300, 200, seed=8))
+    full = np.asarray(pil_rgb(data))
+    pixels, x, y, w, rows = dec._jpegcrop.decode_region(data, 1, 100, 50, 180, 120)
+    assert x <= 100 and y == 50 and x + w >= 180 and rows == 70
+    region = np.frombuffer(pixels, np.uint8).reshape(rows, w, 4)[:, :, :3]
+    # libjpeg's upsampling lacks its neighbours in a cropped region's first/last 8 columns
+    assert np.array_equal(region[:, 8:-8], full[50:120, x + 8:x + w - 8])
+    assert dec._jpegcrop.header(data) == (300, 200, 3)
+
+
+@needs_turbo
+@pytest.mark.parametrize("kind", ["png", "gray", "cmyk", "progressive"])
+def test_turbo_falls_back_or_handles_the_unusual(kind):
+    img = texture_image(120, 90, seed=9)
+    if kind == "png":
+        b = io.BytesIO()
+        img.save(b, "PNG")
+        data = b.getvalue()
+    else:
+        data = jpeg(img.convert("L") if kind == "gray" else img.convert("CMYK") if kind == "cmyk" else img,
+                    progressive=kind == "progressive")
+    if kind != "progressive":  # the extension declines these: the Pillow path takes over
+        assert dec._jpegcrop.decode_region(data, 1, 0, 0, 10, 10) is None
+    for res in (32, 80):
+        a = dec.decode_train(data, res=res, rng=random.Random(1), decoder="turbo")
+        b = dec.decode_train(data, res=res, rng=random.Random(1), decoder="pil")
+        assert a.shape == (3, res, res) and np.abs(a.astype(int) - b).max() <= 1
+    assert np.array_equal(dec.decode_val(data, resize=64, crop=48, decoder="turbo"),
+                          dec.decode_val(data, resize=64, crop=48, decoder="pil"))
+
+
+@needs_turbo
+def test_turbo_declines_damage_and_pil_judges(photo):
+    # libjpeg pads a truncated stream with grey and only warns: the extension declines instead
+    cut = photo[: len(photo) // 2]
+    assert dec._jpegcrop.decode_region(cut, 1, 0, 0, 200, 150) is None
+    assert dec._jpegcrop.header(b"\xff\xd8\xff garbage") is None
+    with pytest.raises(ValueError, match="denom"):
+        dec._jpegcrop.decode_region(photo, 3, 0, 0, 10, 10)
+
+
+def test_turbo_missing_extension_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(dec, "_jpegcrop", None)
+    with pytest.raises(ValueError, match="libjpeg"):
+        dec.resolve_decoder("turbo")
 
 
 # ----------------------------------------------------------------------------- augmentations

@@ -97,6 +97,29 @@ def time_stream(stream: BatchStream, *, batches: int, warmup: int) -> dict:
             "images_per_cpu_s": images / cpu if cpu else None}
 
 
+def wait_until_idle(*, window: float = 0.25, busy: float = 0.1, timeout: float = 30.0) -> bool:
+    """Block until the process tree uses less than ``busy`` of a core over ``window`` seconds; False
+    on timeout or without /proc (then it just sleeps ``window``).
+
+    A DataLoader keeps working after its reader stops: the worker finishes the batches it was
+    asked to prefetch. When loaders take turns on the same cores, that work would land in the
+    next loader's timing (both its wall clock and the tree's CPU time)."""
+    c0 = process_tree_cpu_seconds()
+    if c0 is None:
+        time.sleep(window)
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        c1 = process_tree_cpu_seconds()
+        if c1 is None:
+            return False
+        if c1 - c0 < busy * window:
+            return True
+        c0 = c1
+    return False
+
+
 def _median(values: list[float]) -> float:
     v = sorted(values)
     return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
@@ -263,15 +286,20 @@ def _baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, work
 
 
 def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int = 64, decoder: str = "auto",
-            res: int = 224, warmup: int = 5, rounds: int = 3,
+            res: int = 224, warmup: int = 5, rounds: int = 3, also_decoders: Iterable[str] | None = None,
             progress: Callable[[str], None] | None = None) -> list[dict]:
     """Rows {name, images_per_s (median of rounds), images_per_s_best, images_per_s_per_worker, images_per_cpu_s,
     speedup (ours / theirs, median wall clock), speedup_cpu (by images per CPU-second), note} on the same
     images (train split).
 
+    The first row is our loader with ``decoder``; ``also_decoders`` (default: ``pil`` when that is
+    not the decoder already) adds our loader with those decoders as rows of their own, so the table
+    shows what the decoder alone buys.
+
     The loaders take turns: each round times ``batches`` batches of every loader after skipping
     ``warmup`` (covering what its workers prefetched while idle), so slow drifts in machine load
-    hit all of them alike."""
+    hit all of them alike. Before each turn the process tree must be idle (``wait_until_idle``):
+    the previous loader's workers finish their prefetching on their own time, not the next one's."""
     shards = D.split_shards(D.read_manifest(data), data, "train")
     local = all("://" not in s.url for s in shards)
     tmp = Path(tempfile.mkdtemp(prefix="bench-loader-"))
@@ -281,10 +309,16 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
             progress(f"writing the images as files under {folder} for the file-based baselines")
         export_image_folder(shards, folder)
         urls = [s.url for s in shards]
-        ours_name = f"imagenet-shards ({dec.resolve_decoder(decoder)})"
+        main = dec.resolve_decoder(decoder)
+        ours_name = f"imagenet-shards ({main})"
         contenders, notes, order = [], {}, [ours_name]
         stream, _ = our_stream(data, workers=workers, batch_size=batch_size, decoder=decoder, res=res)
         contenders.append((ours_name, stream))
+        also = [d for d in (["pil"] if also_decoders is None else also_decoders) if dec.resolve_decoder(d) != main]
+        for d in dict.fromkeys(dec.resolve_decoder(d) for d in also):
+            order.append(f"imagenet-shards ({d})")
+            stream, _ = our_stream(data, workers=workers, batch_size=batch_size, decoder=d, res=res)
+            contenders.append((order[-1], stream))
         for name, build, note in _baselines(urls, folder, res=res, batch_size=batch_size, workers=workers):
             order.append(name)
             if build is None or (name.startswith("seed") and not local):
@@ -303,6 +337,7 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
                     continue
                 if progress:
                     progress(f"round {r + 1}/{rounds}: {name}")
+                wait_until_idle()
                 try:
                     runs[name].append(time_stream(stream, batches=batches,
                                                   warmup=warmup if r == 0 else per_round_warmup))
@@ -351,8 +386,10 @@ def machine_info() -> dict:
         import PIL
         pil = "Pillow " + PIL.__version__
     import torchvision
+    turbo = dec._jpegcrop.LIBJPEG_TURBO_VERSION if dec._jpegcrop is not None else None
     return {"cpu": cpu, "cores_usable": cores, "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "torchvision": torchvision.__version__, "pil": pil}
+            "torch": torch.__version__, "torchvision": torchvision.__version__, "pil": pil,
+            "jpegcrop_libjpeg_turbo": turbo}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed rounds, best one reported (default 1, or 3 with --compare: loaders take turns)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--compare", action="store_true",
-                   help="also run ImageFolder, the seed's tarfile dataset, webdataset, DALI and FFCV (train split)")
+                   help="also run ImageFolder, the seed's tarfile dataset, webdataset, DALI and FFCV (train split), "
+                        "and our loader with the pil decoder when --decoder is another one")
     return p
 
 
@@ -421,8 +459,10 @@ def main(argv=None) -> int:
         print(f"{result['images_per_cpu_s']:.1f} images per CPU-second (whole process tree: the per-core speed, "
               f"less sensitive to other load on the machine)")
     m = result["machine"]
+    turbo = (f"turbo decoder on libjpeg-turbo {m['jpegcrop_libjpeg_turbo']}" if m["jpegcrop_libjpeg_turbo"]
+             else "turbo decoder not built")
     print(f"machine: {m['cpu']}, {m['cores_usable']} usable of {m['cpu_count']} cores, {m['pil']}, "
-          f"torch {m['torch']}, torchvision {m['torchvision']}")
+          f"torch {m['torch']}, torchvision {m['torchvision']}, {turbo}")
     if rows is not None:
         width = max(len(r["name"]) for r in rows)
         print(f"\n{'loader':<{width}}  {'img/s':>8}  {'best':>8}  {'img/s/worker':>12}  {'img/cpu-s':>9}  "

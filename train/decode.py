@@ -1,18 +1,26 @@
 """Per-sample decoding: JPEG bytes in, a uint8 crop out. Pure functions, no files, no globals.
 
-Two decoders, same crop semantics (crop parameters are always drawn in original-image
+Three decoders, same crop semantics (crop parameters are always drawn in original-image
 coordinates, with the distribution of torchvision's ``RandomResizedCrop.get_params``):
 
-* ``pil`` (the ``auto`` choice, see docs/loader.md for the measurements): pillow(-simd) with
-  JPEG DCT-domain downscaling (``Image.draft``: 1/2, 1/4, 1/8 whenever the crop stays at least
-  ``res`` pixels) and *row-limited decoding*: libjpeg decodes top to bottom, so we stop after
-  the last row the resize filter can touch. Rows below a crop are never entropy-decoded,
-  IDCT'd or colour-converted. The crop box is then resampled straight to the output size
-  (one resize; Pillow's filter reaches outside the box exactly as a resize-then-crop would).
+* ``turbo`` (the ``auto`` choice when the ``train._jpegcrop`` extension is built; see
+  docs/loader.md for the measurements): libjpeg-turbo decodes only the crop's region. Rows above
+  it are entropy-decoded but skipped (no IDCT, upsampling or colour conversion), only the iMCU
+  columns holding it are converted, decoding stops after its last row, and the same 1/2, 1/4,
+  1/8 DCT scaling as ``pil`` applies. The region comes out as RGBX, which Pillow wraps without a
+  copy, and is resampled to the output size in one resize. Same libjpeg, same settings: the
+  output equals ``pil``'s. Anything the extension declines (not a JPEG, grayscale/CMYK, any
+  libjpeg error or warning) goes through the ``pil`` path with the same crop.
+* ``pil``: pillow(-simd) with JPEG DCT-domain downscaling (``Image.draft``: 1/2, 1/4, 1/8
+  whenever the crop stays at least ``res`` pixels) and *row-limited decoding*: libjpeg decodes
+  top to bottom, so we stop after the last row the resize filter can touch. Rows below a crop
+  are never entropy-decoded, IDCT'd or colour-converted. The crop box is then resampled straight
+  to the output size (one resize; Pillow's filter reaches outside the box exactly as a
+  resize-then-crop would).
 * ``tvio``: ``torchvision.io.decode_jpeg`` (full decode) + ``v2.functional.resized_crop``
   (bilinear, antialiased) on the uint8 tensor.
 
-Output: a uint8 ``numpy`` array ``[3, H, W]``, often a strided view of the HWC pixels (the
+Output: a uint8 ``numpy`` array ``[3, H, W]``, often a strided view of the HWC(X) pixels (the
 batcher's copy into its batch slot does the transpose and the flip for free). Nothing is
 converted to float here.
 """
@@ -29,13 +37,22 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-DECODERS = ("auto", "pil", "tvio")
-AUTO_DECODER = "pil"  # docs/loader.md: 10-30 % less CPU than tvio for train crops, equal for val
+try:
+    from train import _jpegcrop
+except ImportError:  # not built (no C compiler or libjpeg-turbo headers at install time)
+    _jpegcrop = None
+
+DECODERS = ("auto", "turbo", "pil", "tvio")
+# docs/loader.md: turbo ~20-25 % less CPU per crop than pil, which beats tvio on train crops
+AUTO_DECODER = "turbo" if _jpegcrop is not None else "pil"
 
 # Bilinear filter support in output pixels (PIL.Image.BILINEAR has support 1.0); when
 # downscaling by f the filter reaches f input pixels on each side.
 _FILTER_SUPPORT = 1.0
 _ROW_MARGIN = 2
+# turbo: libjpeg's fancy upsampling lacks its neighbours in the first and last 8 columns of a
+# cropped region, so ask for 8 more on each side than the filter needs (exact, tested)
+_COL_MARGIN = 8 + 2
 
 
 class DecodeError(ValueError):
@@ -43,9 +60,13 @@ class DecodeError(ValueError):
 
 
 def resolve_decoder(decoder: str) -> str:
-    """Map ``auto`` to the measured default and validate the name."""
+    """Map ``auto`` to the measured default (``turbo`` when built, else ``pil``) and validate the name."""
     if decoder not in DECODERS:
         raise ValueError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
+    if decoder == "turbo" and _jpegcrop is None:
+        raise ValueError("decoder 'turbo' needs the train._jpegcrop extension, which was not built: install a C "
+                         "compiler and the libjpeg-turbo headers (apt-get install libjpeg-dev), then reinstall "
+                         "(pip install -e .), or use decoder 'pil'")
     return AUTO_DECODER if decoder == "auto" else decoder
 
 
@@ -103,17 +124,26 @@ def _open(data: bytes) -> Image.Image:
         raise DecodeError(f"cannot open image: {e}") from e
 
 
+def _dct_reduction(crop_w: float, crop_h: float, out_w: int, out_h: int) -> int:
+    """The largest of 1, 2, 4, 8 that keeps the crop at least the output size after dividing by it.
+    (libjpeg-turbo also scales by 3/8, 5/8, 6/8, 7/8, but those IDCTs are plain C: measured slower
+    than a full-size SIMD decode, docs/loader.md.)"""
+    k = min(crop_w / out_w, crop_h / out_h)
+    return 8 if k >= 8 else 4 if k >= 4 else 2 if k >= 2 else 1
+
+
 def _draft_scale(img: Image.Image, crop_w: float, crop_h: float, out_w: int, out_h: int) -> int:
     """Ask libjpeg for a 1/2, 1/4 or 1/8 DCT-domain reduction that keeps the crop >= the output;
     returns the reduction actually applied (1 when none, or not a JPEG)."""
     if img.format != "JPEG":
         return 1
-    k = min(crop_w / out_w, crop_h / out_h)
-    s = 8 if k >= 8 else 4 if k >= 4 else 2 if k >= 2 else 1
+    s = _dct_reduction(crop_w, crop_h, out_w, out_h)
     if s == 1:
         return 1
     W, H = img.size
-    res = img.draft("RGB", (-(-W // s), -(-H // s)))
+    # Pillow picks the scale as min(W // w, H // h): ask for floor sizes, or an odd height (375)
+    # would silently get no reduction at all
+    res = img.draft("RGB", (max(1, W // s), max(1, H // s)))
     if res is None:
         return 1
     return max(1, round(W / res[1][2]))
@@ -176,10 +206,57 @@ def _pil_resized_crop(img: Image.Image, top: float, left: float, h: float, w: fl
         raise DecodeError(f"cannot decode image: {e}") from e
 
 
-def _pil_to_chw(img: Image.Image, flip: bool = False) -> np.ndarray:
+def _to_chw(a: np.ndarray, flip: bool = False) -> np.ndarray:
     # a strided view: the batcher's copy into its slot does the HWC->CHW transpose (and the flip)
-    a = np.asarray(img)
     return (a[:, ::-1] if flip else a).transpose(2, 0, 1)
+
+
+# ----------------------------------------------------------------------------- turbo path (libjpeg-turbo region)
+
+def _turbo_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a 3-component JPEG the turbo path can try; None sends it to Pillow."""
+    head = _jpegcrop.header(data)
+    return (head[0], head[1]) if head is not None and head[2] == 3 else None
+
+
+def _turbo_resized_crop(data: bytes, top: float, left: float, h: float, w: float,
+                        out_w: int, out_h: int) -> np.ndarray | None:
+    """HWC uint8 of the crop box (original pixels) resampled to out_w x out_h, decoding only the
+    region the bilinear filter reads; None when the extension declines the bytes."""
+    s = _dct_reduction(w, h, out_w, out_h)
+    x0, y0, x1, y1 = left / s, top / s, (left + w) / s, (top + h) / s
+    reach_x = max(1.0, (x1 - x0) / out_w) * _FILTER_SUPPORT
+    reach_y = max(1.0, (y1 - y0) / out_h) * _FILTER_SUPPORT
+    region = _jpegcrop.decode_region(
+        data, s, int(math.floor(x0 - reach_x)) - _COL_MARGIN, int(math.floor(y0 - reach_y)) - _ROW_MARGIN,
+        int(math.ceil(x1 + reach_x)) + _COL_MARGIN, int(math.ceil(y1 + reach_y)) + _ROW_MARGIN)
+    if region is None:
+        return None
+    pixels, rx, ry, width, rows = region
+    img = Image.frombuffer("RGBX", (width, rows), pixels, "raw", "RGBX", 0, 1)  # no copy
+    out = img.resize((out_w, out_h), Image.BILINEAR, box=(x0 - rx, y0 - ry, x1 - rx, y1 - ry))
+    return np.asarray(out)[:, :, :3]
+
+
+def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image | None]:
+    """Image size, and the opened PIL image unless the turbo path will try the bytes first."""
+    if decoder == "turbo":
+        size = _turbo_size(data)
+        if size is not None:
+            return size, None
+    img = _open(data)
+    return img.size, img
+
+
+def _resized_crop(data: bytes, img: Image.Image | None, top: float, left: float, h: float, w: float,
+                  out_w: int, out_h: int) -> np.ndarray:
+    """HWC uint8 crop: turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow."""
+    if img is None:
+        out = _turbo_resized_crop(data, top, left, h, w, out_w, out_h)
+        if out is not None:
+            return out
+        img = _open(data)
+    return np.asarray(_pil_resized_crop(img, top, left, h, w, out_w, out_h))
 
 
 # ----------------------------------------------------------------------------- torchvision.io path
@@ -212,12 +289,12 @@ def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0)
 
     Draws from ``rng`` in a fixed order (crop, then flip), so a seeded rng gives the same crop
     whatever the decoder. Raises ``DecodeError`` for undecodable bytes."""
-    if resolve_decoder(decoder) == "pil":
-        img = _open(data)
-        W, H = img.size
+    decoder = resolve_decoder(decoder)
+    if decoder != "tvio":
+        (W, H), img = _open_size(data, decoder)
         top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
         flip = hflip and rng.random() < 0.5
-        return _pil_to_chw(_pil_resized_crop(img, top, left, h, w, res, res), flip)
+        return _to_chw(_resized_crop(data, img, top, left, h, w, res, res), flip)
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
@@ -229,11 +306,11 @@ def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0)
 def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str = "pil") -> np.ndarray:
     """Resize the shorter side to ``resize`` and centre-crop ``crop`` -> uint8 [3, crop, crop]
     (torchvision ``Resize(resize)`` + ``CenterCrop(crop)``, done as one resample of the box)."""
-    if resolve_decoder(decoder) == "pil":
-        img = _open(data)
-        top, left, h, w = center_crop_params(*img.size, resize, crop)
-        out = _pil_resized_crop(img, top, left, h, w, crop, crop)
-        return _pil_to_chw(out)
+    decoder = resolve_decoder(decoder)
+    if decoder != "tvio":
+        size, img = _open_size(data, decoder)
+        top, left, h, w = center_crop_params(*size, resize, crop)
+        return _to_chw(_resized_crop(data, img, top, left, h, w, crop, crop))
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = center_crop_params(W, H, resize, crop)

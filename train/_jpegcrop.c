@@ -1,0 +1,240 @@
+/* Partial JPEG decoding with libjpeg-turbo: only the rows and columns a crop needs.
+ *
+ * The `turbo` decoder in train/decode.py. Pillow cannot reach these libjpeg-turbo calls:
+ *   - jpeg_skip_scanlines: rows above the crop are entropy-decoded (they must be: baseline
+ *     JPEG has no row index) but never IDCT'd, upsampled or colour-converted;
+ *   - jpeg_crop_scanline: only the iMCU columns that hold the crop are IDCT'd and converted;
+ *   - stopping after the crop's last row (jpeg_abort_decompress): rows below are not even
+ *     entropy-decoded;
+ *   - DCT-domain scaling by 1/2, 1/4, 1/8 (SIMD-accelerated in libjpeg-turbo; the other M/8
+ *     factors are plain C and measured slower than a full-size decode, so they are not used);
+ *   - output straight into RGBX, which Pillow maps without a copy (Image.frombuffer "RGBX").
+ *
+ * Anything unusual is *declined* (None), never guessed at: grayscale/CMYK/YCCK, a libjpeg
+ * error, or even a libjpeg warning (libjpeg pads a truncated stream with grey and only warns).
+ * The caller then falls back to the Pillow path, which decides what the bytes are worth.
+ * The GIL is released while libjpeg runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#if !defined(JCS_EXTENSIONS) || !defined(LIBJPEG_TURBO_VERSION)
+#error "train/_jpegcrop.c needs libjpeg-turbo (>= 2.0) headers, not IJG libjpeg"
+#endif
+
+struct crop_error {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+};
+
+static void on_error(j_common_ptr cinfo) {
+    longjmp(((struct crop_error *)cinfo->err)->jump, 1);
+}
+
+static void on_message(j_common_ptr cinfo, int level) {
+    if (level < 0)  /* a warning: corrupt or truncated data. Decline rather than decode grey. */
+        longjmp(((struct crop_error *)cinfo->err)->jump, 1);
+}
+
+/* Error handling first (libjpeg can fail inside jpeg_create_decompress and jpeg_mem_src too);
+ * the caller calls setjmp(err->jump) right after this, then open_source. */
+static void init_error(struct jpeg_decompress_struct *cinfo, struct crop_error *err) {
+    memset(cinfo, 0, sizeof(*cinfo));  /* so jpeg_destroy_decompress is safe whatever failed */
+    cinfo->err = jpeg_std_error(&err->pub);
+    err->pub.error_exit = on_error;
+    err->pub.emit_message = on_message;
+}
+
+static void open_source(struct jpeg_decompress_struct *cinfo, const unsigned char *data, Py_ssize_t size) {
+    jpeg_create_decompress(cinfo);
+    jpeg_mem_src(cinfo, data, (unsigned long)size);
+}
+
+/* Not worth handing to libjpeg: too short, or no SOI marker. */
+static int not_jpeg(const Py_buffer *buf) {
+    const unsigned char *p = buf->buf;
+    return buf->len < 4 || p[0] != 0xFF || p[1] != 0xD8;
+}
+
+PyDoc_STRVAR(header_doc,
+"header(data) -> (width, height, components) or None\n\n"
+"Image size from the JPEG header; None when libjpeg cannot read the header.");
+
+static PyObject *header(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    struct jpeg_decompress_struct cinfo;
+    struct crop_error err;
+    int ok, width = 0, height = 0, components = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*:header", &buf))
+        return NULL;
+    if (not_jpeg(&buf)) {
+        PyBuffer_Release(&buf);
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    init_error(&cinfo, &err);
+    if (setjmp(err.jump)) {
+        ok = 0;
+    } else {
+        open_source(&cinfo, buf.buf, buf.len);
+        jpeg_read_header(&cinfo, TRUE);
+        width = (int)cinfo.image_width;
+        height = (int)cinfo.image_height;
+        components = cinfo.num_components;
+        ok = 1;
+    }
+    jpeg_destroy_decompress(&cinfo);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (!ok)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(iii)", width, height, components);
+}
+
+PyDoc_STRVAR(decode_region_doc,
+"decode_region(data, denom, left, top, right, bottom, fast=False)\n"
+"    -> (rgbx: bytes, x, y, width, rows) or None\n\n"
+"Decode the image scaled by 1/denom (denom in 1, 2, 4, 8) but only the pixels that cover\n"
+"[left, right) x [top, bottom) of the scaled image (clipped to it), as RGBX rows of `width`\n"
+"pixels. The region returned starts at (x, y) <= (left, top) and may be wider than asked\n"
+"(libjpeg decodes whole iMCU columns). Its first and last 8 columns can differ from a full\n"
+"decode where fancy upsampling lacks its neighbours, so ask for a margin.\n"
+"fast=True: fast integer IDCT and plain chroma upsampling (full-size decodes only).\n"
+"None: declined (not a 3-component YCbCr/RGB JPEG, or any libjpeg error or warning).");
+
+static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"data", "denom", "left", "top", "right", "bottom", "fast", NULL};
+    Py_buffer buf;
+    int denom, left, top, right, bottom, fast = 0;
+    struct jpeg_decompress_struct cinfo;
+    struct crop_error err;
+    PyObject *out = NULL;
+    unsigned char *pixels = NULL;
+    volatile int status = 0;  /* 0 ok, 1 declined, 2 out of memory */
+    JDIMENSION xoff = 0, width = 0;
+    int y0 = 0, rows = 0;
+    (void)self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiii|p:decode_region", kwlist, &buf, &denom,
+                                     &left, &top, &right, &bottom, &fast))
+        return NULL;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "denom must be 1, 2, 4 or 8");
+        return NULL;
+    }
+    if (not_jpeg(&buf)) {
+        PyBuffer_Release(&buf);
+        Py_RETURN_NONE;
+    }
+
+    /* Phase 1 (GIL released): header, geometry. */
+    Py_BEGIN_ALLOW_THREADS
+    init_error(&cinfo, &err);
+    if (setjmp(err.jump)) {
+        status = 1;
+    } else {
+        open_source(&cinfo, buf.buf, buf.len);
+        jpeg_read_header(&cinfo, TRUE);
+        if (cinfo.num_components != 3 ||
+            (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_RGB)) {
+            status = 1;
+        } else {
+            cinfo.out_color_space = JCS_EXT_RGBX;
+            cinfo.scale_num = 1;
+            cinfo.scale_denom = (unsigned int)denom;
+            cinfo.dct_method = fast ? JDCT_IFAST : JDCT_ISLOW;
+            cinfo.do_fancy_upsampling = fast ? FALSE : TRUE;
+            jpeg_start_decompress(&cinfo);
+            int W = (int)cinfo.output_width, H = (int)cinfo.output_height;
+            if (left < 0) left = 0;
+            if (top < 0) top = 0;
+            if (right > W) right = W;
+            if (bottom > H) bottom = H;
+            if (left >= right || top >= bottom) {
+                status = 1;
+            } else {
+                xoff = (JDIMENSION)left;
+                width = (JDIMENSION)(right - left);
+                if (xoff > 0 || width < cinfo.output_width)
+                    jpeg_crop_scanline(&cinfo, &xoff, &width);  /* widens to whole iMCU columns */
+                y0 = top;
+                rows = bottom - top;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+
+    if (status == 0) {
+        /* Allocate with the GIL held; a fresh bytes object may be filled before it is shared. */
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)width * 4 * rows);
+        if (out == NULL)
+            status = 2;
+        else
+            pixels = (unsigned char *)PyBytes_AS_STRING(out);
+    }
+
+    /* Phase 2 (GIL released): skip, read the rows, stop. */
+    Py_BEGIN_ALLOW_THREADS
+    if (status == 0) {
+        if (setjmp(err.jump)) {
+            status = 1;
+        } else {
+            if (y0 > 0)
+                jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0);
+            JSAMPROW ptrs[16];
+            while ((int)cinfo.output_scanline < y0 + rows) {
+                int done = (int)cinfo.output_scanline - y0;
+                int n = y0 + rows - (int)cinfo.output_scanline;
+                if (n > 16)
+                    n = 16;
+                for (int i = 0; i < n; i++)
+                    ptrs[i] = pixels + (size_t)(done + i) * width * 4;
+                jpeg_read_scanlines(&cinfo, ptrs, (JDIMENSION)n);
+            }
+            /* rows below are never decoded: abort instead of jpeg_finish_decompress */
+            jpeg_abort_decompress(&cinfo);
+        }
+    }
+    jpeg_destroy_decompress(&cinfo);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+
+    if (status == 2)
+        return NULL;  /* MemoryError is set */
+    if (status == 1) {
+        Py_XDECREF(out);
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(Niiii)", out, (int)xoff, y0, (int)width, rows);
+}
+
+static PyMethodDef methods[] = {
+    {"header", header, METH_VARARGS, header_doc},
+    {"decode_region", (PyCFunction)(void (*)(void))decode_region, METH_VARARGS | METH_KEYWORDS,
+     decode_region_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jpegcrop",
+    "Partial JPEG decoding (crop rows/columns, 1/2-1/8 DCT scaling) with libjpeg-turbo.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__jpegcrop(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "LIBJPEG_TURBO_VERSION",
+                                                 Py_STRINGIFY(LIBJPEG_TURBO_VERSION)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
