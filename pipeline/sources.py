@@ -94,6 +94,13 @@ class _Window(io.RawIOBase):
         return len(data)
 
 
+def _open_source(p: Path, split: str):
+    try:
+        return open(p, "rb")
+    except OSError as e:
+        raise SourceError(f"cannot read {split} source {p}: {e.strerror}") from None
+
+
 def _open_tar(fileobj, what: str) -> tarfile.TarFile:
     try:
         return tarfile.open(fileobj=fileobj, mode="r:")
@@ -127,13 +134,8 @@ def index_train(src: str | os.PathLike) -> SourceIndex:
         raise SourceError(f"train source {p} does not exist")
     if p.is_file():
         members = []
-        try:
-            f = open(p, "rb")
-        except OSError as e:
-            raise SourceError(f"cannot read train source {p}: {e.strerror}") from None
-        with f:
-            outer = _open_tar(f, f"train archive {p.name}")
-            for ti in _tar_members(outer, f"train archive {p.name}"):
+        with _open_source(p, "train") as f:
+            for ti in _tar_members(_open_tar(f, f"train archive {p.name}"), f"train archive {p.name}"):
                 if not ti.isfile():
                     continue
                 name = os.path.basename(ti.name)
@@ -178,13 +180,8 @@ def index_val(src: str | os.PathLike, labels: dict[str, str] | None) -> SourceIn
         return _index_imagefolder(p, "val")
     raw = []  # (filename, path, offset, size, source)
     if p.is_file():
-        try:
-            f = open(p, "rb")
-        except OSError as e:
-            raise SourceError(f"cannot read val source {p}: {e.strerror}") from None
-        with f:
-            tar = _open_tar(f, f"val archive {p.name}")
-            for ti in _tar_members(tar, f"val archive {p.name}"):
+        with _open_source(p, "val") as f:
+            for ti in _tar_members(_open_tar(f, f"val archive {p.name}"), f"val archive {p.name}"):
                 if ti.isfile():
                     raw.append((os.path.basename(ti.name), str(p), ti.offset_data, ti.size, ti.name))
         kind, total = "flat-tar", p.stat().st_size
