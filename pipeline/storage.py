@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import gc
 import hashlib
 import io
 import json
@@ -25,7 +26,10 @@ import os
 import posixpath
 import random
 import re
+import selectors
+import sys
 import time
+import weakref
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -133,6 +137,56 @@ def restore_options(snapshot: dict) -> None:
     _OPTIONS.update(snapshot)
 
 
+_fork_state: dict = {}
+_inherited: list = []  # in a forked child: the parent's filesystems, held so they are never closed here
+
+
+def _before_fork() -> None:
+    asyn = sys.modules.get("fsspec.asyn")
+    _fork_state["loop"] = loop = asyn.loop[0] if asyn is not None else None
+    if loop is not None:
+        gc.collect()  # unreachable sessions and responses: close them here, where closing is right
+
+
+def _after_fork_in_parent() -> None:
+    _fork_state.clear()
+
+
+def _after_fork_in_child() -> None:
+    """Runs in every forked child (loader workers, the prepare and audit pools) of a process that has
+    done remote I/O. The child inherits the parent's fsspec event loop, aiohttp sessions and pooled
+    sockets — and the parent's epoll instance, which is shared, not copied. Anything the child closes
+    (fsspec drops the inherited filesystems; their finalizers and the garbage collector close
+    sessions and connections) would unregister the parent's sockets from that epoll instance, and
+    the parent would then wait forever for a reply it can no longer see. So: the inherited loop gets
+    a private selector (closing there touches nothing shared), and the inherited filesystems are
+    held and their close-at-exit finalizers detached (forked children end with os._exit)."""
+    loop = _fork_state.pop("loop", None)
+    if loop is None:
+        return
+    loop._selector = selectors.SelectSelector()  # bookkeeping in Python only: no kernel object
+    spec = sys.modules.get("fsspec.spec")
+    todo, seen = [spec.AbstractFileSystem] if spec is not None else [], set()
+    while todo:
+        cls = todo.pop()
+        _inherited.extend(cls.__dict__.get("_cache", {}).values())
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    try:
+        for fin, info in list(weakref.finalize._registry.items()):
+            if getattr(info.func, "__name__", "") == "close_session":
+                fin.detach()
+    except AttributeError:  # CPython's private registry changed: the private selector still protects us
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
+
+
 def fs_for(url):
     """(fsspec filesystem, path) for a URL, with this protocol's storage options."""
     from fsspec.core import url_to_fs
@@ -151,7 +205,9 @@ def join(base, rel: str) -> str:
 
 # ----------------------------------------------------------------------------- redaction
 
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@?#]+@")
+# to the last '@' of the URL: a password with an unescaped '/' in it must not leak (an '@' in a path
+# over-redacts the host, which is the safe side)
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^\s'\"<>@]*@")
 _SECRET_PARAMS = re.compile(
     r"(?i)([?&;](?:x-amz-signature|x-amz-credential|x-amz-security-token|awsaccesskeyid|signature|"
     r"x-goog-signature|x-goog-credential|googleaccessid|sig|se|st|sv|skoid|sktid|token|access_token|"
@@ -227,26 +283,25 @@ def http_status(exc) -> int | None:
     return None
 
 
+_TRANSPORT_ERRORS = ("ClientPayloadError", "ServerDisconnectedError", "ClientConnectionError", "ClientOSError",
+                     "ServerTimeoutError", "ClientConnectorError", "IncompleteRead", "ProtocolError",
+                     "FSTimeoutError", "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
+                     "ConnectTimeoutError", "ResponseStreamingError")
+
+
 def is_transient(exc) -> bool:
     """True for errors worth retrying: HTTP 5xx/408/429, connection resets/refusals, timeouts, a body
-    cut short. A status in the exception chain decides first (fsspec's http turns a 503 on HEAD into
-    a FileNotFoundError whose cause has the 503); a 404/403 or anything unrecognised is permanent."""
+    cut short. The whole cause chain counts: a status in it decides first (fsspec's http turns a 503
+    on HEAD, or a refused connection, into a FileNotFoundError caused by the real error); then any
+    transport error in it; a 404/403, or anything unrecognised, is permanent."""
     status = http_status(exc)
     if status is not None:
         return status in TRANSIENT_STATUS or status >= 500
     for e in _chain(exc):
-        name = type(e).__name__
-        if isinstance(e, (ConnectionError, TimeoutError)):
+        if isinstance(e, (ConnectionError, TimeoutError)) or type(e).__name__ in _TRANSPORT_ERRORS:
             return True
-        if name in ("ClientPayloadError", "ServerDisconnectedError", "ClientConnectionError", "ClientOSError",
-                    "ServerTimeoutError", "ClientConnectorError", "IncompleteRead", "ProtocolError",
-                    "FSTimeoutError", "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
-                    "ConnectTimeoutError", "ResponseStreamingError", "_TruncatedRead"):
-            return True
-        if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
-                          FileExistsError)):
-            return False
-        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNO:
+        if isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, PermissionError)) \
+                and e.errno in _TRANSIENT_ERRNO:
             return True
     return False
 

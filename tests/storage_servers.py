@@ -207,6 +207,7 @@ class FaultPlan:
     max_faults: int = 10_000
     only_paths: tuple = ()  # fault only requests whose path contains one of these (default: all)
     counts: dict = field(default_factory=lambda: {"requests": 0, "503": 0, "reset": 0, "delay": 0})
+    seen: list = field(default_factory=list)  # (method, path) of every request, in arrival order
 
     @property
     def faults(self) -> int:
@@ -225,6 +226,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _decide(self) -> tuple[int, set]:
         with self.lock:
             self.plan.counts["requests"] += 1
+            self.plan.seen.append((self.command, self.path))
             n = self.plan.counts["requests"]
             chosen = set()
             eligible = not self.plan.only_paths or any(p in self.path for p in self.plan.only_paths)

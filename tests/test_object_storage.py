@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from pipeline import storage
 from pipeline.audit_cli import main as audit_main
@@ -21,6 +24,8 @@ from pipeline.cli import main as prepare_main
 from pipeline.synthetic import generate
 from storage_servers import (FAKE_CREDENTIALS, FaultPlan, fault_proxy, moto_endpoint, s3,  # noqa: F401
                              serve_http)
+from train import data as D
+from train.shard_cache import ShardCache
 
 SHARD = 10
 FAST = storage.RetryPolicy(attempts=8, base_s=0.005, max_s=0.02)
@@ -217,3 +222,165 @@ def test_audit_over_http_with_faults(local_shards):
     with serve_http(local_shards) as base, fault_proxy(base, plan) as proxy:
         assert audit_main([proxy, "--quiet", "--workers", "2"]) == 0
     assert plan.faults >= 2
+
+
+# ----------------------------------------------------------------------------- the loader
+
+def loader_epoch(data: str, split: str, *, workers: int = 2, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """One eval-mode epoch (centre crops, a fixed order for a given worker count), as (images, labels)."""
+    ld = D.make_loader(data, split, 4, train=False, workers=workers, val_resize=40, val_crop=32, **kw)
+    images, labels = zip(*ld)
+    return torch.cat(images), torch.cat(labels)
+
+
+def keys_read(data: str, split: str) -> list[str]:
+    shards = D.split_shards(D.read_manifest(data), data, split)
+    pieces = [D.Piece(i, 0, s.num_samples) for i, s in enumerate(shards)]
+    return [r.key for r in D.read_pieces(shards, pieces)]
+
+
+@pytest.fixture(scope="module")
+def local_epochs(local_shards) -> dict:
+    return {split: (loader_epoch(str(local_shards), split), keys_read(str(local_shards), split))
+            for split in ("train", "val")}
+
+
+def expect_exactly_once(data: str, local_shards: Path, local_epochs: dict, **kw) -> None:
+    """Every sample of both splits, once each, in the same order and pixel for pixel as read locally."""
+    m = manifest_of(local_shards)
+    for split in ("train", "val"):
+        (want_images, want_labels), want_keys = local_epochs[split]
+        keys = keys_read(data, split)
+        assert keys == want_keys and len(set(keys)) == len(keys) == m["splits"][split]["num_samples"]
+        images, labels = loader_epoch(data, split, **kw)
+        assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
+
+
+@pytest.mark.timeout(120)
+def test_prepare_audit_load_from_s3(s3, archives, local_shards, local_epochs):
+    out = s3.url("e2e")
+    assert prepare_main(source_args(archives) + ["--out", out]) == 0
+    assert audit_main([out, "--quiet", "--workers", "2"]) == 0
+    expect_exactly_once(out, local_shards, local_epochs)
+
+
+@pytest.mark.timeout(120)
+def test_loader_from_s3_through_faults_with_botocore_retries_off(s3, archives, local_shards, local_epochs,
+                                                                 moto_endpoint):
+    out = s3.url("faulty")
+    assert prepare_main(source_args(archives) + ["--out", out]) == 0
+    plan = FaultPlan(error_every=10, reset_every=4, delay_every=5, delay_s=0.02)
+    with fault_proxy(moto_endpoint, plan) as proxy:
+        storage.set_options("s3", {"endpoint_url": proxy, "config_kwargs": {"retries": {"max_attempts": 1}}})
+        expect_exactly_once(out, local_shards, local_epochs)
+    assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
+
+
+@pytest.mark.timeout(120)
+def test_load_over_http_plain_and_through_faults(local_shards, local_epochs):
+    with serve_http(local_shards) as base:
+        expect_exactly_once(base, local_shards, local_epochs)
+        plan = FaultPlan(error_every=10, reset_every=7, delay_every=5, delay_s=0.02)
+        with fault_proxy(base, plan) as proxy:
+            expect_exactly_once(proxy, local_shards, local_epochs)
+    assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3  # ~10% 503s, resets mid-body
+
+
+@pytest.mark.timeout(60)
+def test_permanently_missing_shard_fails_fast_naming_it(local_shards, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(local_shards, copy)
+    gone = manifest_of(local_shards)["splits"]["val"]["shards"][1]["url"]
+    (copy / gone).unlink()
+    with serve_http(copy) as base:
+        data = base.replace("http://", "http://trainer:hunter2-pw@")
+        t0 = time.monotonic()
+        with pytest.raises(FileNotFoundError) as e:
+            loader_epoch(data, "val", workers=1)
+        assert time.monotonic() - t0 < 20  # a 404 is not retried
+    msg = str(e.value)
+    assert gone in msg and "not found" in msg and "hunter2-pw" not in msg and "***@127.0.0.1" in msg
+
+
+@pytest.mark.timeout(120)
+def test_shard_cache_fetches_each_shard_once_across_epochs(local_shards, local_epochs, tmp_path):
+    plan = FaultPlan(error_every=0, reset_every=0, delay_every=0)  # a request counter
+    cache = tmp_path / "cache"
+    with serve_http(local_shards) as base, fault_proxy(base, plan) as proxy:
+        first = loader_epoch(proxy, "val", cache_dir=str(cache), cache_bytes=1 << 30)
+        fetched = [p for m, p in plan.seen if p.endswith(".tar") and m == "GET"]
+        plan.seen.clear()
+        second = loader_epoch(proxy, "val", cache_dir=str(cache), cache_bytes=1 << 30)
+        assert [p for m, p in plan.seen if p.endswith(".tar")] == []  # from the cache only
+    n = manifest_of(local_shards)["splits"]["val"]["num_shards"]
+    assert len({p for p in fetched}) == n and len(os.listdir(cache)) == n
+    (want_images, want_labels), _ = local_epochs["val"]
+    for images, labels in (first, second):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+@pytest.mark.timeout(60)
+def test_shard_cache_keeps_its_cap_and_evicts_least_recently_used(local_shards, tmp_path):
+    entries = shard_entries(manifest_of(local_shards))[:4]
+    sizes = [e["bytes"] for e in entries]
+    cache = ShardCache(str(tmp_path / "c"), max_bytes=sizes[0] + sizes[1] + sizes[2] - 1)  # fits any two
+    with serve_http(local_shards) as base:
+        urls = [f"{base}/{e['url']}" for e in entries]
+
+        def use(i):
+            with cache.open(urls[i]) as f:
+                assert hashlib.sha256(f.read()).hexdigest() == entries[i]["sha256"]
+            time.sleep(0.01)  # distinct mtimes
+
+        use(0), use(1), use(0)   # 1 is now the least recently used
+        use(2)                   # evicts 1, keeps 0
+        cached = set(os.listdir(cache.folder))
+        assert cached == {os.path.basename(cache.path_for(urls[i])) for i in (0, 2)}
+        assert cache.size() <= cache.max_bytes
+        small = ShardCache(str(tmp_path / "tiny"), max_bytes=100)  # smaller than any shard: streamed, not kept
+        with small.open(urls[3]) as f:
+            assert len(f.read()) == sizes[3]
+        assert os.listdir(small.folder) == []
+
+
+# ----------------------------------------------------------------------------- credentials
+
+TINY_TRAIN = ["--arch", "resnet18", "--res", "32", "--val-res", "36", "--val-crop", "32", "--batch-size", "8",
+              "--workers", "2", "--device", "cpu", "--log-interval", "1", "--amp", "none", "--epochs", "1"]
+
+
+@pytest.mark.timeout(180)
+def test_no_credentials_in_manifests_logs_metrics_or_errors(s3, archives, tmp_path, capsys, caplog, monkeypatch):
+    from train.cli import main as train_main
+
+    caplog.set_level(logging.INFO, logger="pipeline")
+    caplog.set_level(logging.INFO, logger="train")
+    out = s3.url("no-leaks")
+    report = tmp_path / "audit.json"
+    assert prepare_main(source_args(archives) + ["--out", out, "--json"]) == 0
+    assert audit_main([out, "--json", str(report), "--workers", "1"]) == 0
+    # credentials as storage options this time (not the environment): used, and still written nowhere
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    run = tmp_path / "run"
+    creds = ["--storage-option", f"key={FAKE_CREDENTIALS[0]}", "--storage-option", f"secret={FAKE_CREDENTIALS[1]}"]
+    assert train_main(["--data", out, "--out", str(run), "--cache-dir", str(tmp_path / "cache"),
+                       "--cache-size", "1GB", *TINY_TRAIN, *creds]) == 0
+    assert (run / "metrics.jsonl").exists() and list((tmp_path / "cache").iterdir())
+    # error paths, with secrets in the URLs
+    assert train_main(["--data", "s3://no-such-bucket-here/x", "--out", str(tmp_path / "r2"), *TINY_TRAIN,
+                       *creds]) == 2
+    with serve_http(tmp_path) as base:
+        leaky = base.replace("http://", f"http://{FAKE_CREDENTIALS[0]}:{FAKE_CREDENTIALS[1]}@") + "/nowhere"
+        assert audit_main([leaky]) == 2
+        assert train_main(["--data", leaky, "--out", str(tmp_path / "r3"), *TINY_TRAIN]) == 2
+        signed = f"{base}/nowhere?X-Amz-Credential={FAKE_CREDENTIALS[0]}&X-Amz-Signature={FAKE_CREDENTIALS[1]}"
+        assert audit_main([signed]) == 2
+    captured = capsys.readouterr()
+    assert "***@127.0.0.1" in captured.err and "X-Amz-Signature=REDACTED" in captured.err
+
+    haystack = [captured.out, captured.err, caplog.text, report.read_text()]
+    haystack += [s3.get(k).decode("latin-1") for k in s3.keys("no-leaks/")]  # manifests, records, state, shards
+    haystack += [p.read_bytes().decode("latin-1") for p in run.rglob("*") if p.is_file()]  # metrics, checkpoints
+    for secret in FAKE_CREDENTIALS:
+        assert not [i for i, text in enumerate(haystack) if secret in text], secret

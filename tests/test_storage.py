@@ -5,6 +5,7 @@ fault-injecting proxy) started by the fixtures in storage_servers.py."""
 from __future__ import annotations
 
 import errno
+import gc
 import hashlib
 import os
 
@@ -28,6 +29,7 @@ def fast_retries(monkeypatch):
 @pytest.mark.parametrize("text,secret", [
     ("https://alice:hunter2@example.com/shards/manifest.json", "hunter2"),
     ("s3://AKIAXXXX:topsecret@bucket/prefix", "topsecret"),
+    ("http://AKIAXXXX:unescaped/slash+pw@127.0.0.1:8000/x", "slash+pw"),
     ("https://b.s3.amazonaws.com/k.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAQQ%2F2026&"
      "X-Amz-Signature=abc123def&X-Amz-Security-Token=tok999", "abc123def"),
     ("https://b.s3.amazonaws.com/k.tar?AWSAccessKeyId=AKIAQQ&Signature=sig%2Bxyz&Expires=1", "sig%2Bxyz"),
@@ -74,6 +76,7 @@ def test_transient_or_permanent():
 
     transient = [http_error(503), http_error(500), http_error(429), http_error(408), s3_error("SlowDown", 503),
                  _with_cause(FileNotFoundError("http://h/x"), http_error(503)),  # fsspec's HEAD-then-GET
+                 _with_cause(FileNotFoundError("http://h/x"), aiohttp.ServerDisconnectedError()),
                  _with_cause(OSError(errno.EBUSY, "ServiceUnavailable"), s3_error("ServiceUnavailable", 503)),
                  ConnectionResetError(), TimeoutError(), OSError(errno.ECONNRESET, "reset"),
                  aiohttp.ClientPayloadError("Response payload is not completed"),
@@ -230,3 +233,36 @@ def test_s3_read_is_exact_through_faults_with_botocore_retries_off(s3, moto_endp
                 chunks.append(chunk)
     assert b"".join(chunks) == data
     assert plan.faults >= 2
+
+
+@pytest.mark.timeout(60)
+def test_forked_child_does_not_break_the_parents_pooled_connections(blob_dir):
+    """A loader worker is a fork of a process that has already talked to the store. If the child
+    closed the inherited sessions (fsspec does, when it drops them), it would unregister the
+    parent's pooled sockets from the epoll instance they share and the parent's next request on
+    one would wait forever."""
+    import multiprocessing
+    import threading
+
+    root, data = blob_dir
+
+    def child(url):
+        storage.set_options("http", {"block_size": 1 << 20})  # a new filesystem: the inherited one is dropped
+        with storage.open_url(url) as f:
+            f.read(10)
+        gc.collect()  # what a long-lived loader worker does sooner or later
+
+    with serve_http(root) as base:
+        url = f"{base}/blob.bin"
+        for _ in range(3):
+            with storage.open_url(url) as f:  # leaves keep-alive connections in the pool
+                assert f.read(100) == data[:100]
+            p = multiprocessing.get_context("fork").Process(target=child, args=(url,))
+            p.start()
+            p.join(30)
+            assert p.exitcode == 0
+            done = []
+            t = threading.Thread(target=lambda: done.append(storage.read_bytes(url)), daemon=True)
+            t.start()
+            t.join(15)
+            assert done and done[0] == data, "the parent hangs on a connection the child unregistered"

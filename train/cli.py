@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 
+from pipeline import storage
+from pipeline.cli import parse_size
 from train.schedule import SCHEDULES
 
 
@@ -24,6 +26,13 @@ def _ramp(text: str) -> tuple[int, int]:
     return a, b
 
 
+def _size(text: str) -> int:
+    value = parse_size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -35,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="train-imagenet", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data and run")
-    g.add_argument("--data", help="prepare-shards output directory (holds manifest.json)")
+    g.add_argument("--data", help="prepare-shards output (holds manifest.json): a directory or a URL, "
+                                  "s3://bucket/prefix, gs://..., https://host/path")
     g.add_argument("--out", required=True, help="run directory: metrics.jsonl, checkpoints, profile")
     g.add_argument("--workers", type=int, default=8, help="loader worker processes per rank (default 8)")
     g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -59,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most N train steps per epoch (quick checks; schedules use N)")
     g.add_argument("--log-interval", type=_positive_int, default=50, metavar="STEPS",
                    help="steps between metrics.jsonl train records (default 50)")
+    g.add_argument("--cache-dir", metavar="DIR",
+                   help="keep local copies of remote shards here (LRU; multi-epoch training from a bucket)")
+    g.add_argument("--cache-size", type=_size, metavar="SIZE",
+                   help="cap of --cache-dir, e.g. 200GB (default: 90%% of that disk)")
+    storage.add_storage_option(g)
 
     g = p.add_argument_group("model and optimizer")
     g.add_argument("--arch", default="resnet50", help="torchvision model name (default resnet50)")
@@ -102,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         train(TrainConfig(**vars(args)))
     except TrainError as e:
         rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
-        print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {e}", file=sys.stderr, flush=True)
+        print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
         return 2
     finally:
         shutdown_distributed()

@@ -21,7 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from pipeline import storage
 from train import decode as dec
+from train.shard_cache import ShardCache
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +39,14 @@ class BadSampleError(ValueError):
 # ----------------------------------------------------------------------------- I/O
 
 def open_url(url: str, mode: str = "rb"):
-    """Open a local path or an fsspec URL (file://, http(s)://, s3://, gs://...) as a file object.
+    """Open a local path or a URL (file://, http(s)://, s3://, gs://...) as a file object.
 
-    Every read of the loader goes through here. Plain paths use the builtin ``open`` (no layer in
-    between); anything with a protocol goes to ``fsspec.open`` (imported on first use)."""
-    if "://" not in url:
-        return open(url, mode)
-    import fsspec
-    return fsspec.open(url, mode).open()
+    Every read of the loader goes through here, and from here through ``pipeline.storage``, the
+    project's one I/O layer: plain paths use the builtin ``open`` (no layer in between); a remote
+    file retries transient errors (5xx, resets, timeouts) with backoff and resumes at the byte where
+    it stopped, so a shard's samples come out exactly once; a permanent error (404, 403) raises at
+    once, naming the (redacted) URL."""
+    return storage.open_url(url, mode)
 
 
 def join_url(base: str, rel: str) -> str:
@@ -57,17 +59,18 @@ def join_url(base: str, rel: str) -> str:
 def read_manifest(data: str) -> dict:
     """Load DATA/manifest.json. Raises FileNotFoundError or ValueError with a one-line reason."""
     url = join_url(data, MANIFEST_NAME)
+    where = storage.redact(url)
     try:
         with open_url(url, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"no {MANIFEST_NAME} at {url}: point DATA at a prepare-shards output") from None
+        raise FileNotFoundError(f"no {MANIFEST_NAME} at {where}: point DATA at a prepare-shards output") from None
     try:
         manifest = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{url} is not valid JSON ({e}); re-run prepare-shards or audit-shards") from None
+        raise ValueError(f"{where} is not valid JSON ({e}); re-run prepare-shards or audit-shards") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
-        raise ValueError(f"{url} has no 'splits' table; is it an imagenet-shards manifest?")
+        raise ValueError(f"{where} has no 'splits' table; is it an imagenet-shards manifest?")
     return manifest
 
 
@@ -286,14 +289,15 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
 
     Streams the tar (works for non-seekable URLs); skipped samples and other members are passed
     over, not read into memory. A shard that ends before ``stop`` disagrees with the manifest:
-    ValueError naming the URL."""
+    ValueError naming the URL (redacted, as everywhere the URL is shown)."""
     index, key, fields = -1, None, {}
+    shown = storage.redact(url)
     with opener(url, "rb") as f:
-        for name, read in tar_files(f, url):
+        for name, read in tar_files(f, shown):
             k, ext = _key_and_ext(name)
             if k != key:
                 if key is not None and start <= index:
-                    yield Record(key, url, fields.get("jpg"), fields.get("cls"))
+                    yield Record(key, shown, fields.get("jpg"), fields.get("cls"))
                 index += 1
                 if stop is not None and index >= stop:
                     return
@@ -301,10 +305,10 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
             if index >= start and ext in ("jpg", "cls"):
                 fields[ext] = read()
         if key is not None and start <= index:
-            yield Record(key, url, fields.get("jpg"), fields.get("cls"))
+            yield Record(key, shown, fields.get("jpg"), fields.get("cls"))
         index += 1
     if stop is not None and index < stop:
-        raise ValueError(f"{url}: the manifest says it holds at least {stop} samples but it has {index}; "
+        raise ValueError(f"{shown}: the manifest says it holds at least {stop} samples but it has {index}; "
                          f"run audit-shards on this shard set")
 
 
@@ -455,8 +459,13 @@ class ShardDataset(IterableDataset):
     ``set_epoch`` / ``set_resolution`` made in the main process."""
 
     def __init__(self, shards: list[Shard], *, batch_size: int, cfg: DecodeConfig, workers: int, seed: int,
-                 rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0):
+                 rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0,
+                 cache: ShardCache | None = None):
         self.shards = shards
+        self.opener = cache.open if cache is not None else open_url
+        # what pipeline.storage was told in this process (storage options, retry policy), for
+        # workers that are spawned rather than forked
+        self.storage_state = (storage.options_snapshot(), storage.retry_policy())
         self.sizes = [s.num_samples for s in shards]
         self.batch_size, self.cfg, self.workers = batch_size, cfg, workers
         self.seed, self.rank, self.world_size = seed, rank, world_size
@@ -476,8 +485,11 @@ class ShardDataset(IterableDataset):
         plan = self.plan(epoch)[worker]
         if not plan.batch_sizes:
             return
+        if info is not None:
+            storage.restore_options(self.storage_state[0])
+            storage.set_retry_policy(self.storage_state[1])
         ids = (self.seed, epoch, self.rank, worker)
-        records = read_pieces(self.shards, plan.pieces)
+        records = read_pieces(self.shards, plan.pieces, opener=self.opener)
         if cfg.train:
             records = shuffle_buffer(records, self.shuffle_buffer, random.Random(_seed(*ids, 1)))
         aug = dec.make_aug(cfg.aug) if cfg.train else None
@@ -553,11 +565,13 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 val_resize: int = 256, val_crop: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                 hflip: bool = True, decoder: str = "auto", aug: str | None = None, shuffle_buffer: int = 2000,
                 pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int = 4,
-                strict: bool = False) -> ShardLoader:
+                strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None) -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
-    Otherwise: centre crops, manifest order, every sample exactly once (see docs/loader.md)."""
+    Otherwise: centre crops, manifest order, every sample exactly once (see docs/loader.md).
+    ``cache_dir``: keep local copies of remote shards there, at most ``cache_bytes`` (default 90%
+    of that disk), least recently used evicted first (train/shard_cache.py)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -572,7 +586,9 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug)
     shards = split_shards(read_manifest(data), data, split)
+    cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
-                           world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch)
+                           world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch,
+                           cache=cache)
     return ShardLoader(dataset, workers=workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
                        prefetch_factor=prefetch_factor)

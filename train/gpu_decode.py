@@ -24,7 +24,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from train import decode as dec
-from train.data import Shard, epoch_plan, read_manifest, read_pieces, shuffle_buffer, split_shards
+from train.data import Shard, epoch_plan, open_url, read_manifest, read_pieces, shuffle_buffer, split_shards
+from train.shard_cache import ShardCache
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,8 @@ class RawBatches(IterableDataset):
     eval: the planned samples in order, those without .jpg/.cls left out."""
 
     def __init__(self, shards: list[Shard], *, batch_size: int, train: bool, workers: int, seed: int,
-                 rank: int, world_size: int, shuffle_buffer: int, epoch: int = 0):
-        self.shards, self.sizes = shards, [s.num_samples for s in shards]
+                 rank: int, world_size: int, shuffle_buffer: int, epoch: int = 0, opener=open_url):
+        self.shards, self.sizes, self.opener = shards, [s.num_samples for s in shards], opener
         self.batch_size, self.train, self.workers = batch_size, train, workers
         self.seed, self.rank, self.world_size, self.shuffle_buffer = seed, rank, world_size, shuffle_buffer
         self.state = torch.tensor([epoch], dtype=torch.int64).share_memory_()
@@ -57,7 +58,7 @@ class RawBatches(IterableDataset):
         worker = info.id if info is not None else 0
         epoch = int(self.state[0])
         plan = self.plan(epoch)[worker]
-        records = read_pieces(self.shards, plan.pieces)
+        records = read_pieces(self.shards, plan.pieces, opener=self.opener)
         if self.train:
             records = shuffle_buffer(records, self.shuffle_buffer, random.Random(_seed(self.seed, epoch, self.rank,
                                                                                        worker, 1)))
@@ -188,7 +189,8 @@ def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: boo
                            val_resize: int = 256, val_crop: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                            hflip: bool = True, shuffle_buffer: int = 2000, pin_memory: bool = False,
                            persistent_workers: bool = False, prefetch_factor: int = 4,
-                           device: torch.device | str = "cuda", **_ignored) -> GpuDecodeLoader:
+                           device: torch.device | str = "cuda", cache_dir: str | None = None,
+                           cache_bytes: int | None = None, **_ignored) -> GpuDecodeLoader:
     """A loader over `split` whose batches are decoded on `device` (see the module docstring)."""
     if train is None:
         train = split == "train"
@@ -201,7 +203,8 @@ def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: boo
         device = torch.device("cuda", torch.cuda.current_device())
     shards = split_shards(read_manifest(data), data, split)
     dataset = RawBatches(shards, batch_size=batch_size, train=train, workers=workers, seed=seed, rank=rank,
-                         world_size=world_size, shuffle_buffer=shuffle_buffer, epoch=epoch)
+                         world_size=world_size, shuffle_buffer=shuffle_buffer, epoch=epoch,
+                         opener=ShardCache(cache_dir, cache_bytes).open if cache_dir else open_url)
     return GpuDecodeLoader(dataset, device=device, res=res, val_resize=val_resize, val_crop=val_crop, scale=scale,
                            ratio=ratio, hflip=hflip, workers=workers, pin_memory=pin_memory,
                            persistent_workers=persistent_workers, prefetch_factor=prefetch_factor)

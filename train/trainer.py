@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline import storage
+from pipeline.storage import redact
 from train import ceiling
 from train import checkpoint as ckpt
 from train.distributed import DistInfo, average_buffers, barrier, gather_objects, init_distributed, print0
@@ -76,6 +78,9 @@ class TrainConfig:
     stop_after_epochs: int | None = None
     measure_ceiling: int = 0
     log_interval: int = 50
+    cache_dir: str | None = None             # local LRU copy of remote shards (train/shard_cache.py)
+    cache_size: int | None = None            # its cap in bytes (None: 90% of that disk)
+    storage_option: list = field(default_factory=list)  # KEY=VALUE for the --data URL; saved as keys only
     extra: dict = field(default_factory=dict)  # room for experiments; saved, otherwise unused
 
 
@@ -116,7 +121,7 @@ def _dataset_size(config: TrainConfig) -> tuple[int, int]:
         manifest = read_manifest(config.data)
         return len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TrainError(f"cannot read the manifest of --data {config.data}: {e} "
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e} "
                          f"(point --data at a prepare-shards output directory)") from None
 
 
@@ -148,7 +153,8 @@ def _make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_tra
         return SyntheticBatches(steps, config.batch_size, res, num_classes, info.device,
                                 seed=config.seed + info.rank), None
     common = dict(workers=config.workers, seed=config.seed, rank=info.rank, world_size=info.world_size,
-                  pin_memory=info.device.type == "cuda", persistent_workers=config.workers > 0)
+                  pin_memory=info.device.type == "cuda", persistent_workers=config.workers > 0,
+                  cache_dir=config.cache_dir, cache_bytes=config.cache_size)
     if config.gpu_decode:
         from train.gpu_decode import make_gpu_decode_loader as make
         common["device"] = info.device
@@ -160,7 +166,7 @@ def _make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_tra
         val_loader = make(config.data, "val", config.batch_size, train=False, val_resize=config.val_res,
                           val_crop=config.val_crop, **common)
     except (OSError, ValueError) as e:
-        raise TrainError(f"cannot open the shards of --data {config.data}: {e}") from None
+        raise TrainError(f"cannot open the shards of --data {redact(config.data)}: {e}") from None
     return train_loader, val_loader
 
 
@@ -253,13 +259,19 @@ def _save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: i
             "scheduler": parts.scheduler.state_dict(),
             "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
             "ema": parts.ema.state_dict() if parts.ema is not None else None,
-            "rng": rngs, "config": _plain(asdict(config)), "best_top1": best, "metrics": result,
+            "rng": rngs, "config": _plain(_saved_config(config)), "best_top1": best, "metrics": result,
         }
         latest = ckpt.save_checkpoint(Path(config.out) / ckpt.LATEST, state)
         if is_best:
             ckpt.link_checkpoint(latest, Path(config.out) / ckpt.BEST)
     barrier(info)
     return best
+
+
+def _saved_config(config: TrainConfig) -> dict:
+    """The config as checkpoints keep it: no credentials (URL secrets redacted, option values dropped)."""
+    return {**asdict(config), "data": config.data and redact(config.data),
+            "storage_option": [o.split("=", 1)[0] + "=" for o in config.storage_option]}
 
 
 def _plain(value):
@@ -309,6 +321,8 @@ def train(config: TrainConfig) -> dict:
 
     Raises TrainError for problems the user can fix (no manifest, wrong checkpoint, no CUDA...).
     """
+    if config.data and config.storage_option:
+        storage.apply_storage_options(config.data, config.storage_option)
     try:
         info = init_distributed(config.device)
     except (RuntimeError, ValueError) as e:
