@@ -266,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", default=None, help="show one sample's json and where it lives")
     p.add_argument("--extract", metavar="DIR", default=None, help="with --key: write KEY.cls, KEY.jpg, KEY.json here")
     p.add_argument("--out", metavar="PNG", default=None, help="where to write the contact sheet or the stats")
+    storage.add_storage_option(p)
     return p
 
 
@@ -274,7 +275,7 @@ def _run(args) -> int:
     if args.key:
         s = find_sample(args.data, manifest, args.key, [args.split] if args.split else None)
         if s is None:
-            print(f"inspect-shards: no sample with key {args.key} in {args.data}", file=sys.stderr)
+            print(f"inspect-shards: no sample with key {args.key} in {storage.redact(args.data)}", file=sys.stderr)
             return 1
         print(f"{s.key} in {s.shard}: " + ", ".join(f".{e} {len(b)} bytes" for e, b in sorted(s.files.items())))
         try:
@@ -312,12 +313,10 @@ def _run(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        storage.apply_storage_options(args.data, args.storage_option)
         return _run(args)
-    except AuditError as e:
-        print(f"inspect-shards: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"inspect-shards: error: {e}", file=sys.stderr)
+    except (AuditError, OSError) as e:
+        print(f"inspect-shards: error: {storage.redact(e)}", file=sys.stderr)
         return 2
 
 

@@ -187,12 +187,32 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_after_fork_in_child)
 
 
+HTTP_CONNECT_TIMEOUT_S, HTTP_READ_TIMEOUT_S = 30, 60
+
+
+def _http_defaults(options: dict) -> dict:
+    """aiohttp's only default timeout is 5 minutes for a whole request: a stalled connection would
+    hold a loader worker that long. Bound the connect and each read instead (then retry), unless
+    the caller set a timeout of their own."""
+    client = dict(options.get("client_kwargs") or {})
+    if "timeout" not in client:
+        import aiohttp
+
+        client["timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=HTTP_CONNECT_TIMEOUT_S,
+                                                  sock_read=HTTP_READ_TIMEOUT_S)
+    return {**options, "client_kwargs": client}
+
+
 def fs_for(url):
     """(fsspec filesystem, path) for a URL, with this protocol's storage options."""
     from fsspec.core import url_to_fs
 
     url = str(url)
-    return url_to_fs(url, **_OPTIONS.get(protocol(url), {}))
+    proto = protocol(url)
+    options = _OPTIONS.get(proto, {})
+    if proto in UNLISTABLE:
+        options = _http_defaults(options)
+    return url_to_fs(url, **options)
 
 
 def join(base, rel: str) -> str:

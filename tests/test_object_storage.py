@@ -21,6 +21,7 @@ import torch
 from pipeline import storage
 from pipeline.audit_cli import main as audit_main
 from pipeline.cli import main as prepare_main
+from pipeline.inspect import main as inspect_main
 from pipeline.synthetic import generate
 from storage_servers import (FAKE_CREDENTIALS, FaultPlan, fault_proxy, moto_endpoint, s3,  # noqa: F401
                              serve_http)
@@ -208,6 +209,9 @@ def test_audit_over_http_passes_and_notes_the_listing_it_cannot_do(local_shards,
         assert "note: not checked for shards the manifest does not list: http:// cannot list" in text
         r = json.loads(report.read_text())
         assert r["ok"] and r["counts"]["val"]["samples_read"] == manifest_of(local_shards)["splits"]["val"]["num_samples"]
+        assert inspect_main([base, "--stats", "--out", str(tmp_path / "stats.png")]) == 0
+        key = keys_read(str(local_shards), "val")[0]
+        assert inspect_main([base, "--key", key]) == 0 and key in capsys.readouterr().out
         # a shard the server does not have is named, with the credentials in the URL redacted
         with_userinfo = base.replace("http://", "http://auditor:s3cr3t-pw@")
         assert audit_main([with_userinfo, "--quiet", "--workers", "1"]) == 0
@@ -324,6 +328,8 @@ def test_shard_cache_keeps_its_cap_and_evicts_least_recently_used(local_shards, 
     entries = shard_entries(manifest_of(local_shards))[:4]
     sizes = [e["bytes"] for e in entries]
     cache = ShardCache(str(tmp_path / "c"), max_bytes=sizes[0] + sizes[1] + sizes[2] - 1)  # fits any two
+    stale = Path(cache.folder) / "0123-imagenet1k-train-000009.tar.tmp-4194999"  # a killed download (no such pid)
+    stale.write_bytes(b"partial")
     with serve_http(local_shards) as base:
         urls = [f"{base}/{e['url']}" for e in entries]
 
@@ -335,7 +341,7 @@ def test_shard_cache_keeps_its_cap_and_evicts_least_recently_used(local_shards, 
         use(0), use(1), use(0)   # 1 is now the least recently used
         use(2)                   # evicts 1, keeps 0
         cached = set(os.listdir(cache.folder))
-        assert cached == {os.path.basename(cache.path_for(urls[i])) for i in (0, 2)}
+        assert cached == {os.path.basename(cache.path_for(urls[i])) for i in (0, 2)}  # and the stale temp is gone
         assert cache.size() <= cache.max_bytes
         small = ShardCache(str(tmp_path / "tiny"), max_bytes=100)  # smaller than any shard: streamed, not kept
         with small.open(urls[3]) as f:

@@ -266,3 +266,17 @@ def test_forked_child_does_not_break_the_parents_pooled_connections(blob_dir):
             t.start()
             t.join(15)
             assert done and done[0] == data, "the parent hangs on a connection the child unregistered"
+
+
+@pytest.mark.timeout(60)
+def test_http_stalled_response_times_out_and_is_retried(blob_dir, monkeypatch):
+    import aiohttp
+
+    root, data = blob_dir
+    plan = FaultPlan(error_every=0, reset_every=0, delay_every=3, delay_s=1.0)  # every 3rd request stalls
+    with serve_http(root) as base, fault_proxy(base, plan) as proxy:
+        storage.set_options("http", {"client_kwargs": {"timeout": aiohttp.ClientTimeout(sock_read=0.3)}})
+        with storage.open_url(f"{proxy}/blob.bin") as f:
+            got = b"".join(iter(lambda: f.read(1 << 20), b""))
+            assert f.reopens >= 1
+    assert got == data and plan.counts["delay"] >= 1

@@ -86,16 +86,16 @@ class ShardCache:
         return open(path, "rb")
 
     def entries(self) -> list[tuple[float, int, str]]:
-        """(mtime, bytes, path) of every cached shard and every temp file of a dead process."""
+        """(mtime, bytes, path) of every cached shard; temp files of dead processes are removed."""
         out = []
         for e in os.scandir(self.folder):
             try:
                 if not e.is_file():
                     continue
                 if _TMP in e.name:
-                    pid = int(e.name.rsplit(_TMP, 1)[1])
-                    if _alive(pid):
-                        continue  # a download in progress
+                    if not _alive(int(e.name.rsplit(_TMP, 1)[1])):
+                        os.unlink(e.path)  # a download that was killed
+                    continue
                 st = e.stat()
                 out.append((st.st_mtime, st.st_size, e.path))
             except (OSError, ValueError):
@@ -114,11 +114,11 @@ class ShardCache:
                 continue
             try:
                 os.unlink(path)
-                freed += size
             except FileNotFoundError:  # another worker evicted it first
-                freed += size
+                pass
             except OSError:
                 continue
+            freed += size
         if freed:
             log.debug("shard cache %s: evicted %d bytes", self.folder, freed)
         return freed
