@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import storage
+from pipeline import retry, storage
 from pipeline.audit_cli import main as audit_main
 from pipeline.cli import main as prepare_main
 from pipeline.inspect import main as inspect_main
@@ -34,7 +34,7 @@ FAST = storage.RetryPolicy(attempts=8, base_s=0.005, max_s=0.02)
 
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch):
-    monkeypatch.setattr(storage, "_retry_policy", FAST)
+    monkeypatch.setattr(retry, "_retry_policy", FAST)
     monkeypatch.setattr(storage, "_OPTIONS", {})
 
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from pipeline import storage
+from pipeline import retry, storage
 from pipeline.outdir import UploadError, check_upload
 from storage_servers import FaultPlan, fault_proxy, moto_endpoint, s3, serve_http  # noqa: F401 (fixtures)
 
@@ -20,7 +20,7 @@ FAST = storage.RetryPolicy(attempts=8, base_s=0.005, max_s=0.02)
 
 @pytest.fixture(autouse=True)
 def fast_retries(monkeypatch):
-    monkeypatch.setattr(storage, "_retry_policy", FAST)
+    monkeypatch.setattr(retry, "_retry_policy", FAST)
     monkeypatch.setattr(storage, "_OPTIONS", {})
 
 
