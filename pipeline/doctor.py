@@ -7,6 +7,7 @@ pillow-simd, the libjpeg(-turbo) version, AVX2 support, and the torch/torchvisio
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from importlib import metadata
@@ -35,8 +36,11 @@ def backend_info() -> dict:
         "pillow_simd": _dist_version("pillow-simd") is not None and ".post" in PIL.__version__,
         "plain_pillow_installed": _dist_version("pillow") is not None,
         "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
-        "libjpeg_version": features.version("jpg"),
+        "libjpeg_version": features.version("jpg"),  # the libjpeg API version (6.2 for turbo's default build)
+        "libjpeg_turbo_version": features.version("libjpeg_turbo"),
         "cpu_avx2": avx2,
+        # the loader's optional libjpeg-turbo region decoder (train/_jpegcrop.c); without it `auto` uses PIL
+        "turbo_crop_decoder": importlib.util.find_spec("train._jpegcrop") is not None,
     }
     for mod in ("torch", "torchvision", "webdataset"):
         info[mod] = _dist_version(mod)
@@ -57,8 +61,10 @@ def main(argv=None) -> int:
         print(json.dumps(info, sort_keys=True))
         return 0
     fast = info["pillow_simd"] and info["libjpeg_turbo"]
-    line = (f"PIL {info['pil_version']} ({'pillow-simd' if info['pillow_simd'] else 'plain Pillow'}), "
-            f"libjpeg {info['libjpeg_version']}{' (turbo)' if info['libjpeg_turbo'] else ''}, "
+    jpeg = (f"libjpeg-turbo {info['libjpeg_turbo_version']}" if info["libjpeg_turbo"]
+            else f"libjpeg {info['libjpeg_version']} (not turbo)")
+    line = (f"PIL {info['pil_version']} ({'pillow-simd' if info['pillow_simd'] else 'plain Pillow'}), {jpeg}, "
+            f"turbo crop decoder {'built' if info['turbo_crop_decoder'] else 'not built'}, "
             f"AVX2 {'yes' if info['cpu_avx2'] else 'no'}, torch {info['torch']}, torchvision {info['torchvision']}"
             f" -> {'fast path' if fast else 'SLOW PATH: run scripts/bootstrap.sh to get pillow-simd'}")
     if args.brief:
