@@ -173,6 +173,15 @@ def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
     return i, n
 
 
+def _plan_rejects(p) -> list[dict]:
+    """Members rejected before any image is read: duplicate keys and unlabeled val images."""
+    why = {"duplicate_key": "another member has the same key; the first in key/source order was kept",
+           "no_label": "the val labels file has no entry for this image"}
+    rows = [(m, "duplicate_key") for m in p.duplicates] + [(m, "no_label") for m in p.unlabeled]
+    return sorted(({"split": p.split, "key": m.key, "source": m.source, "reason": r, "detail": why[r]}
+                   for m, r in rows), key=lambda x: (x["key"], x["source"]))
+
+
 def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, config: Config = Config(),
             workers: int | None = None, part: tuple[int, int] = (0, 1), overwrite: bool = False,
             verify_existing: bool = True, progress: bool = True, staging: str | None = None) -> dict:
@@ -194,14 +203,7 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, con
         "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
                      "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
         "classes": _class_table(classes),
-        "splits": {s: {"num_shards": len(p.shards), "images_in": p.images_in,
-                       "plan_rejected": sorted(
-                           [{"split": s, "key": m.key, "source": m.source, "reason": "duplicate_key",
-                             "detail": "another member has the same key; the first in key/source order was kept"}
-                            for m in p.duplicates]
-                           + [{"split": s, "key": m.key, "source": m.source, "reason": "no_label",
-                               "detail": "the val labels file has no entry for this image"} for m in p.unlabeled],
-                           key=lambda x: (x["key"], x["source"]))}
+        "splits": {s: {"num_shards": len(p.shards), "images_in": p.images_in, "plan_rejected": _plan_rejects(p)}
                    for s, p in plans.items()},
     }
     outdir = open_outdir(out, staging=staging, verify=verify_existing)

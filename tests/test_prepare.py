@@ -312,3 +312,28 @@ def test_exif_transpose_option_and_shard_bytes(archives, expected, tmp_path):
         assert "exif_transpose" in fixed[e["key"]]
     sizes = [sh["bytes"] for sh in m["splits"]["train"]["shards"]]
     assert len(sizes) > 1 and max(sizes[:-1]) < 400_000 * 1.5
+
+
+def test_duplicate_keys_and_unlabeled_val_images_are_rejected_not_lost(archives, tmp_path):
+    import shutil
+
+    train = tmp_path / "train"
+    shutil.copytree(archives / "imagefolder" / "train", train)
+    a, b = sorted(d for d in train.iterdir())[:2]
+    victim = sorted(a.iterdir())[0]
+    shutil.copy(victim, b / victim.name)  # the same file name (key) in a second class
+    val = archives / "kaggle" / "val"
+    csv = tmp_path / "LOC_val_solution.csv"
+    rows = (archives / "kaggle" / "LOC_val_solution.csv").read_text().splitlines()
+    csv.write_text("\n".join(rows[:-1]) + "\n")  # one val image loses its label
+    out = tmp_path / "out"
+    run(archives, out, sources=dict(train=train, val=val, devkit=None, val_labels=csv))
+    m = manifest_of(out)
+    reasons = {(r["split"], r["key"]): r["reason"] for r in m["rejected"]}
+    assert reasons[("train", victim.stem)] == "duplicate_key"
+    lost = rows[-1].split(",")[0]
+    assert reasons[("val", lost)] == "no_label"
+    for split, s in m["splits"].items():
+        assert s["images_in"] == s["num_samples"] + s["num_rejected"] + s["num_skipped"]
+    kept = [x for x in read_samples(out, "train") if x["__key__"] == victim.stem]
+    assert len(kept) == 1 and json.loads(kept[0]["json"])["wnid"] == a.name  # first in key/source order
