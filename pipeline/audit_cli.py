@@ -38,13 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
 
 def _line(p) -> str:
     where = " ".join(x for x in (p.shard, p.key) if x)
@@ -61,9 +54,9 @@ def format_report(r: AuditReport, quiet: bool = False) -> str:
             listed = c["shards"] if c["shards"] is not None else "?"
             out.append(f"  {split + ':':<{width + 1}} {c['shards_read']}/{listed} shards read, "
                        f"{c['samples_read']}/{c['samples_manifest']} samples, {c['classes_seen']} classes, "
-                       f"{_size(c['bytes_read'])}")
+                       f"{storage.human_bytes(c['bytes_read'], binary=True)}")
         t = r.timing
-        out.append(f"  read {_size(t['bytes_read'])} in {t['wall_s']:.1f} s"
+        out.append(f"  read {storage.human_bytes(t['bytes_read'], binary=True)} in {t['wall_s']:.1f} s"
                    + (f" ({t['mb_per_s']:.0f} MB/s)" if t.get("mb_per_s") else ""))
         out += [f"  note: {n}" for n in r.notes]
         if r.warnings:

@@ -88,19 +88,12 @@ def build_finalize_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
-
 
 def format_summary(s: dict) -> str:
     lines = []
     if s.get("complete"):
         lines.append(f"prepare-shards: {s['samples']:,} samples in {s['shards']} shards "
-                     f"({_human_bytes(s['bytes'])}) -> {s['out']}")
+                     f"({storage.human_bytes(s['bytes'])}) -> {s['out']}")
         for split, v in s["splits"].items():
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)")

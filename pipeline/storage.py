@@ -247,6 +247,16 @@ def read_bytes(url) -> bytes:
         return f.read()
 
 
+def human_bytes(n: float, *, binary: bool = False) -> str:
+    """'33.8 MB' (SI) or, with binary=True, '32.2 MiB'."""
+    base, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "KB", "MB", "GB", "TB"))
+    for unit in units:
+        if n < base or unit == units[-1]:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= base
+    return str(n)
+
+
 def exists(url) -> bool:
     """True if `url` names an existing file or directory."""
     path = local_path(url)

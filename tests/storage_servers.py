@@ -178,9 +178,8 @@ class RangeFileHandler(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve_http(root):
-    """Serve `root` at http://127.0.0.1:PORT (yields that base URL) until the block ends."""
-    handler = type("Handler", (RangeFileHandler,), {"root": str(root)})
+def _serve(handler):
+    """Run `handler` on 127.0.0.1 in a thread; yields the base URL until the block ends."""
     server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -189,6 +188,14 @@ def serve_http(root):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def serve_http(root):
+    """Serve `root` at http://127.0.0.1:PORT (yields that base URL) until the block ends."""
+    handler = type("Handler", (RangeFileHandler,), {"root": str(root)})
+    with _serve(handler) as url:
+        yield url
 
 
 # ----------------------------------------------------------------------------- fault injection
@@ -300,11 +307,5 @@ def fault_proxy(upstream_url: str, plan: FaultPlan):
     host, port = upstream_url.split("://", 1)[1].split("/", 1)[0].split(":")
     handler = type("Proxy", (_ProxyHandler,), {"upstream": (host, int(port)), "plan": plan,
                                                "lock": threading.Lock()})
-    server = _QuietServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serve(handler) as url:
+        yield url
