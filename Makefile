@@ -12,7 +12,7 @@ setup-test:
 	@scripts/bootstrap.sh
 
 demo: setup
-	@$(PY) -m pipeline.demo --out $(DEMO_OUT)
+	@$(PY) -m imagenet_shards.pipeline.tools.demo --out $(DEMO_OUT)
 
 test: setup-test
 	@$(PY) -m pytest $(PYTEST_ARGS)
@@ -21,7 +21,7 @@ test-slow: setup-test
 	@$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 doctor: setup
-	@$(PY) -m pipeline.doctor
+	@$(PY) -m imagenet_shards.pipeline.tools.doctor
 
 clean:
 	rm -rf $(DEMO_OUT) .pytest_cache

@@ -1,4 +1,4 @@
-"""Benchmark `pipeline.images.process_image` on one core against a naive PIL path.
+"""Benchmark `imagenet_shards.pipeline.prepare.images.process_image` on one core against a naive PIL path.
 
     .venv/bin/python bench/bench_images.py [--typical 186] [--large 6] [--huge 4] [--odd 4] [--repeat 5]
 
@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from pipeline.images import ImagePolicy, process_image, resized_size  # noqa: E402
+from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image, resized_size  # noqa: E402
 
 TYPICAL_SIZES = [(500, 375), (375, 500), (500, 333), (400, 300), (500, 500), (333, 500)]
 

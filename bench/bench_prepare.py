@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PIL import Image  # noqa: E402
 
-from pipeline.images import parse_resize  # noqa: E402
-from pipeline.prepare import Config, prepare  # noqa: E402
-from pipeline.synthetic import generate  # noqa: E402
+from imagenet_shards.pipeline.prepare.images import parse_resize  # noqa: E402
+from imagenet_shards.pipeline.prepare.run import Config, prepare  # noqa: E402
+from imagenet_shards.pipeline.tools.synthetic.generate import generate  # noqa: E402
 
 
 def naive_reference(train_tar: Path, resize: str, quality: int = 90) -> tuple[int, float]:

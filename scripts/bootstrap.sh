@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3}
 EXTRAS=${1:-test}
 say() { printf '[setup] %s\n' "$*" >&2; }
 
-stamp_key=$( (cat pyproject.toml setup.py train/_jpegcrop.c scripts/bootstrap.sh; echo "extras=$EXTRAS") | sha256sum | cut -c1-16)
+stamp_key=$( (cat pyproject.toml setup.py train/loader/_jpegcrop.c scripts/bootstrap.sh; echo "extras=$EXTRAS") | sha256sum | cut -c1-16)
 stamp="$VENV/.imagenet-shards-$stamp_key"
 if [ -f "$stamp" ]; then exit 0; fi
 
@@ -69,5 +69,5 @@ if [ "$have_simd" != yes ]; then
     quiet_pip install -q pillow
   fi
 fi
-"$VENV/bin/python" -m pipeline.doctor --brief >&2 || true
+"$VENV/bin/python" -m imagenet_shards.pipeline.tools.doctor --brief >&2 || true
 touch "$stamp"

@@ -35,10 +35,10 @@ mkdir -p "$W"
 if [ ! -f "$W/shards/manifest.json" ]; then
   say "generating ${CLASSES}x${TRAIN_PER_CLASS} train + ${CLASSES}x10 val synthetic JPEGs"
   rm -rf "$W/src" "$W/shards"
-  "$PYTHON" -m pipeline.synthetic "$W/src" --classes "$CLASSES" --train-per-class "$TRAIN_PER_CLASS" \
+  "$PYTHON" -m imagenet_shards.pipeline.tools.synthetic.generate "$W/src" --classes "$CLASSES" --train-per-class "$TRAIN_PER_CLASS" \
     --val-per-class 10 --no-quirks --quiet
   say "prepare-shards"
-  "$PYTHON" -m pipeline.cli --train "$W/src/ILSVRC2012_img_train.tar" --val "$W/src/ILSVRC2012_img_val.tar" \
+  "$PYTHON" -m imagenet_shards.pipeline.prepare.cli --train "$W/src/ILSVRC2012_img_train.tar" --val "$W/src/ILSVRC2012_img_val.tar" \
     --devkit "$W/src/ILSVRC2012_devkit_t12.tar.gz" --out "$W/shards" --shard-samples 500 \
     --workers "$CORES" --quiet
 fi

@@ -12,10 +12,10 @@ import json
 import pytest
 import torch
 
-from pipeline.audit_cli import main as audit_main
-from pipeline.cli import main as prepare_main
-from pipeline.synthetic import generate
-from train.cli import main as train_main
+from imagenet_shards.pipeline.audit.cli import main as audit_main
+from imagenet_shards.pipeline.prepare.cli import main as prepare_main
+from imagenet_shards.pipeline.tools.synthetic.generate import generate
+from imagenet_shards.train.trainer.cli import main as train_main
 
 CLASSES = 6
 

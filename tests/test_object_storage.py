@@ -18,24 +18,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import retry, storage
-from pipeline.audit_cli import main as audit_main
-from pipeline.cli import main as prepare_main
-from pipeline.inspect import main as inspect_main
-from pipeline.synthetic import generate
-from storage_servers import (FAKE_CREDENTIALS, FaultPlan, fault_proxy, moto_endpoint, s3,  # noqa: F401
-                             serve_http)
-from train import data as D
-from train.shard_cache import ShardCache
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.audit.cli import main as audit_main
+from imagenet_shards.pipeline.prepare.cli import main as prepare_main
+from imagenet_shards.pipeline.tools.inspect_shards import main as inspect_main
+from imagenet_shards.pipeline.tools.synthetic.generate import generate
+from imagenet_shards.train.loader import dataset as D
+from imagenet_shards.train.loader.cache import ShardCache
+from tests.fixtures.servers import FAKE_CREDENTIALS, FaultPlan, fault_proxy, serve_http
 
 SHARD = 10
-FAST = storage.RetryPolicy(attempts=8, base_s=0.005, max_s=0.02)
-
-
-@pytest.fixture(autouse=True)
-def fast_retries(monkeypatch):
-    monkeypatch.setattr(retry, "_retry_policy", FAST)
-    monkeypatch.setattr(storage, "_OPTIONS", {})
+pytestmark = pytest.mark.usefixtures("fast_retries")
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +166,7 @@ def test_upload_that_fails_midway_then_rerun_is_consistent(s3, archives, local_s
 @pytest.mark.timeout(180)
 def test_kill_9_during_uploads_then_rerun_gives_the_clean_set(s3, archives, local_shards, tmp_path):
     out = s3.url("killed")
-    cmd = [sys.executable, "-m", "pipeline.cli"] + source_args(archives) + ["--out", out, "--workers", "1",
+    cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli"] + source_args(archives) + ["--out", out, "--workers", "1",
                                                                             "--staging", str(tmp_path / "stage")]
     proc = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
@@ -357,7 +350,7 @@ TINY_TRAIN = ["--arch", "resnet18", "--res", "32", "--val-res", "36", "--val-cro
 
 @pytest.mark.timeout(180)
 def test_no_credentials_in_manifests_logs_metrics_or_errors(s3, archives, tmp_path, capsys, caplog, monkeypatch):
-    from train.cli import main as train_main
+    from imagenet_shards.train.trainer.cli import main as train_main
 
     caplog.set_level(logging.INFO, logger="pipeline")
     caplog.set_level(logging.INFO, logger="train")

@@ -1,0 +1,124 @@
+"""What was written: manifest.json, timm's _info.json and the wids indexes, assembled from shard records.
+
+The manifest is data: keys sorted, lists in a stable order, no timestamps, so the same inputs and
+config give the same manifest bytes. See docs/format.md for the schema.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from imagenet_shards.pipeline import __version__, storage
+
+FORMAT = "imagenet-shards-manifest"
+FORMAT_VERSION = 1
+DATASET_NAME = "imagenet1k"
+INFO_SPLIT_NAMES = {"train": "train", "val": "validation"}
+CONSERVATION = "per split: images_in = num_samples + num_rejected + num_skipped"
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write JSON to `path` (a path or URL) atomically: locally a temp file beside it, fsync, rename;
+    on an object store one PUT."""
+    storage.write_bytes(path, dumps(obj).encode("utf-8"))
+
+
+def build_manifest(state: dict, records: dict[str, list[dict]]) -> dict:
+    """Assemble the manifest from the run state (config, sources, classes, plan-time rejects) and shard records."""
+    splits, rejected, skipped, fix_samples = {}, [], [], []
+    fix_counts: Counter = Counter()
+    for split, split_state in sorted(state["splits"].items()):
+        recs = sorted(records[split], key=lambda r: r["index"])
+        split_rejected = list(split_state["plan_rejected"]) + [x for r in recs for x in r["rejected"]]
+        split_skipped = [x for r in recs for x in r["skipped"]]
+        class_counts: Counter = Counter()
+        for r in recs:
+            class_counts.update(r["class_counts"])
+            for f in r["fixed"]:
+                fix_counts.update(f["fixes"])
+                if any(x != "resized" for x in f["fixes"]):
+                    fix_samples.append(f)
+        num_samples = sum(r["num_samples"] for r in recs)
+        entry = {
+            "num_samples": num_samples,
+            "num_shards": len(recs),
+            "images_in": split_state["images_in"],
+            "num_rejected": len(split_rejected),
+            "num_skipped": len(split_skipped),
+            "class_counts": dict(sorted(class_counts.items())),
+            "shards": [{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")} for r in recs],
+        }
+        if entry["images_in"] != num_samples + entry["num_rejected"] + entry["num_skipped"]:
+            raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
+                                 f"{entry['num_rejected']} rejected, {entry['num_skipped']} skipped")
+        splits[split] = entry
+        rejected += split_rejected
+        skipped += split_skipped
+    by_key = lambda x: (x["split"], x["key"], x["source"])  # noqa: E731
+    totals = {
+        "images_in": sum(s["images_in"] for s in splits.values()),
+        "samples": sum(s["num_samples"] for s in splits.values()),
+        "rejected": len(rejected), "skipped": len(skipped),
+        "shards": sum(s["num_shards"] for s in splits.values()),
+        "bytes": sum(sh["bytes"] for s in splits.values() for sh in s["shards"]),
+    }
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "tool": {"name": "imagenet-shards", "version": __version__},
+        "name": DATASET_NAME,
+        "config": state["config"],
+        "sources": state["sources"],
+        "classes": state["classes"],
+        "splits": splits,
+        "rejected": sorted(rejected, key=by_key),
+        "skipped": sorted(skipped, key=by_key),
+        "fixed": {"counts": dict(sorted(fix_counts.items())),
+                  "samples": sorted(fix_samples, key=lambda x: (x["split"], x["key"]))},
+        "totals": totals,
+        "conservation": CONSERVATION,
+    }
+
+
+def info_json(manifest: dict) -> dict:
+    """timm / HF-style split info (`_info.json`)."""
+    splits = {}
+    for split, s in manifest["splits"].items():
+        name = INFO_SPLIT_NAMES.get(split, split)
+        splits[name] = {"name": name, "filenames": [sh["url"] for sh in s["shards"]],
+                        "shard_lengths": [sh["num_samples"] for sh in s["shards"]], "num_samples": s["num_samples"]}
+    return {"name": manifest["name"], "splits": splits}
+
+
+def wids_index(manifest: dict, split: str) -> dict:
+    """The wids shard index for one split (urls relative to the folder holding the index)."""
+    shards = manifest["splits"][split]["shards"]
+    return {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": f"{manifest['name']}-{split}",
+            "shardlist": [{"url": sh["url"], "nsamples": sh["num_samples"], "filesize": sh["bytes"],
+                           "md5sum": sh["md5"]} for sh in shards]}
+
+
+def write_outputs(out_dir: str, manifest: dict) -> None:
+    """Write the wids indexes and _info.json, then manifest.json last (its presence means complete)."""
+    for split in manifest["splits"]:
+        write_json_atomic(storage.join(out_dir, f"{split}.wids.json"), wids_index(manifest, split))
+    write_json_atomic(storage.join(out_dir, "_info.json"), info_json(manifest))
+    write_json_atomic(storage.join(out_dir, "manifest.json"), manifest)
+
+
+def read_manifest_file(path: str) -> dict:
+    """Load and minimally check a manifest.json (a path or URL); ValueError with a one-line reason if it is not one."""
+    with storage.open_url(path, "rb") as f:
+        try:
+            m = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise ValueError(f"{path} is not an imagenet-shards manifest")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path} has format_version {m.get('format_version')}; this tool reads {FORMAT_VERSION}")
+    return m

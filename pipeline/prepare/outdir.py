@@ -1,0 +1,308 @@
+"""Where prepare-shards writes OUT: a local folder, or any fsspec URL (s3://, gs://, ...).
+
+Both kinds keep one rule: **a shard is trusted only through its record** (OUT/_prepare/records/),
+and a record is written only after its shard is complete under its final name and checked.
+- `LocalOut`: the worker writes the shard to a temp file beside its final name, fsyncs and renames
+  (shards.build_shard); a rerun re-hashes it against the record (size + sha256).
+- `RemoteOut`: the worker builds the shard in a local staging folder, uploads it (one PUT, or an S3
+  multipart upload: either way the object appears only when complete), checks what the store then
+  says (size, and the ETag against the md5 we computed while writing), and deletes the staged copy.
+  A rerun trusts a shard whose record, size and ETag agree with the listing (size alone where the
+  store gives no ETag); everything else is rebuilt and uploaded again over whatever is there.
+prepare.py talks to either through the same few methods.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.manifest import dumps, write_json_atomic
+from imagenet_shards.pipeline.prepare.plan import ShardSpec
+from imagenet_shards.pipeline.prepare.shards import build_shard, sha256_file
+
+STATE_DIR = "_prepare"
+STATE = f"{STATE_DIR}/state.json"
+SPLITS = ("train", "val")
+OUR_TOP_FILES = ("manifest.json", "_info.json", "*.wids.json")
+OUR_SHARDS = "imagenet1k-*.tar"
+
+
+class UploadError(OSError):
+    """An uploaded shard is not what was sent (size or hash); the message says which and what to do."""
+
+
+def record_rel(split: str, index: int) -> str:
+    return f"{STATE_DIR}/records/{split}-{index:06d}.json"
+
+
+def record_name(spec: ShardSpec) -> str:
+    return f"{spec.split}-{spec.index:06d}.json"
+
+
+def open_outdir(out: str, *, staging: str | None = None, verify: bool = True):
+    """LocalOut for a path or file:// URL, RemoteOut for anything else."""
+    path = storage.local_path(out)
+    if path is not None:
+        return LocalOut(path)
+    return RemoteOut(str(out).rstrip("/"), staging=staging, verify=verify)
+
+
+@dataclass
+class LocalOut:
+    """OUT on a local (or network-mounted) file system: shards written in place, atomically."""
+
+    root: str
+    remote = False
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel)
+
+    def read_json(self, rel: str):
+        """The JSON object at OUT/rel; FileNotFoundError if it is not there."""
+        with open(self.path(rel), encoding="utf-8") as f:
+            return json.load(f)
+
+    def read_jsons(self, rels: list[str]) -> list:
+        """The JSON objects at OUT/rel for each rel, None where missing or unreadable."""
+        out = []
+        for rel in rels:
+            try:
+                out.append(self.read_json(rel))
+            except (OSError, ValueError):
+                out.append(None)
+        return out
+
+    def write_json(self, rel: str, obj) -> None:
+        write_json_atomic(self.path(rel), obj)
+
+    def exists(self, rel: str = "") -> bool:
+        return os.path.exists(self.path(rel) if rel else self.root)
+
+    def has_foreign_splits(self) -> bool:
+        return os.path.isdir(self.root) and any(os.path.exists(self.path(s)) for s in SPLITS)
+
+    def create(self) -> None:
+        os.makedirs(self.path(f"{STATE_DIR}/records"), exist_ok=True)
+
+    def remove_ours(self) -> None:
+        found = [self.path(STATE_DIR)] + [p for pat in OUR_TOP_FILES for p in glob.glob(self.path(pat))]
+        for split in SPLITS:
+            found += glob.glob(os.path.join(self.root, split, OUR_SHARDS))
+            found += glob.glob(os.path.join(self.root, split, ".imagenet1k-*.tmp"))
+        for p in found:
+            if os.path.isdir(p):
+                shutil.rmtree(p)
+            elif os.path.exists(p):
+                os.unlink(p)
+
+    def record_names(self) -> set[str]:
+        try:
+            return {n for n in os.listdir(self.path(f"{STATE_DIR}/records")) if n.endswith(".json")}
+        except FileNotFoundError:
+            return set()
+
+    def load_records(self, specs: list[ShardSpec], verify: bool) -> dict:
+        """{(split, index): record} of the specs whose shard is complete and intact (size and sha256)."""
+        out = {}
+        for spec in specs:
+            try:
+                rec = self.read_json(record_rel(spec.split, spec.index))
+                path = self.path(spec.url)
+                if os.path.getsize(path) != rec["bytes"] or rec["planned"] != len(spec.samples):
+                    continue
+                if verify and sha256_file(path) != rec["sha256"]:
+                    continue
+                out[(spec.split, spec.index)] = rec
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
+    def clean_stale(self, specs: list[ShardSpec]) -> None:
+        """Remove temp files a killed run left for these (to be rebuilt) shards."""
+        for spec in specs:
+            stale = glob.glob(os.path.join(self.root, spec.split, f".{os.path.basename(spec.url)}.*.tmp"))
+            stale += glob.glob(self.path(record_rel(spec.split, spec.index)) + ".tmp-*")
+            for path in stale:
+                os.unlink(path)
+
+    def clean_tmp_json(self) -> None:
+        for path in glob.glob(os.path.join(self.root, "*.json.tmp-*")):  # left by a finalize that was killed
+            os.unlink(path)
+
+    def start_staging(self) -> None:
+        pass
+
+    def build(self, spec: ShardSpec, policy) -> dict:
+        """Build one shard in place (in a worker process) and return its record."""
+        return build_shard(spec, self.root, policy)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class RemoteOut:
+    """OUT at an fsspec URL: shards staged locally, uploaded, checked, then recorded."""
+
+    url: str
+    staging: str | None = None
+    verify: bool = True
+    options: dict = field(default_factory=storage.options_snapshot)  # for workers that are spawned
+    remote = True
+
+    def __post_init__(self):
+        self._own_staging = self.staging is None
+
+    def start_staging(self) -> None:
+        """Create the staging folder (before the workers start; they build into it)."""
+        if self.staging is None:
+            self.staging = tempfile.mkdtemp(prefix="prepare-shards-staging-")
+        os.makedirs(self.staging, exist_ok=True)
+
+    def path(self, rel: str) -> str:
+        return storage.join(self.url, rel)
+
+    def read_json(self, rel: str):
+        return json.loads(storage.read_bytes(self.path(rel)))
+
+    def read_jsons(self, rels: list[str]) -> list:
+        """The JSON objects at OUT/rel for each rel (fetched concurrently), None where missing or
+        invalid; transient errors are retried, other errors raised."""
+        if not rels:
+            return []
+        fs, _ = storage.fs_for(self.url)
+        paths = [storage.fs_for(self.path(rel))[1] for rel in rels]
+        try:
+            got = fs.cat(paths, on_error="return")
+        except Exception:  # noqa: BLE001 - fall back to one retried GET each below
+            got = {}
+        out = []
+        for rel, path in zip(rels, paths):
+            data = got.get(path)
+            try:
+                if not isinstance(data, bytes):
+                    data = storage.read_bytes(self.path(rel))
+                out.append(json.loads(data))
+            except (FileNotFoundError, ValueError):
+                out.append(None)
+        return out
+
+    def write_json(self, rel: str, obj) -> None:
+        storage.write_bytes(self.path(rel), dumps(obj).encode())
+
+    def exists(self, rel: str = "") -> bool:
+        return storage.exists(self.path(rel) if rel else self.url)
+
+    def has_foreign_splits(self) -> bool:
+        return any(storage.exists(self.path(s)) for s in SPLITS)
+
+    def create(self) -> None:
+        storage.makedirs(self.path(f"{STATE_DIR}/records"))
+        for split in SPLITS:
+            storage.makedirs(self.path(split))
+
+    def _listing(self, rel: str) -> dict:
+        try:
+            return storage.list_details(self.path(rel))
+        except FileNotFoundError:
+            return {}
+
+    def remove_ours(self) -> None:
+        storage.remove(self.path(STATE_DIR), recursive=True)
+        for name in self._listing(""):
+            if any(fnmatch.fnmatch(name, pat) for pat in OUR_TOP_FILES):
+                storage.remove(self.path(name))
+        for split in SPLITS:
+            for name in self._listing(split):
+                if fnmatch.fnmatch(name, OUR_SHARDS):
+                    storage.remove(self.path(f"{split}/{name}"))
+
+    def record_names(self) -> set[str]:
+        return {n for n in self._listing(f"{STATE_DIR}/records") if n.endswith(".json")}
+
+    def load_records(self, specs: list[ShardSpec], verify: bool) -> dict:
+        """{(split, index): record} of the specs whose record exists and whose object has the recorded
+        size and ETag (size alone where the store has no ETag, or with verify=False). One listing per
+        folder and one GET per record: no shard is downloaded."""
+        names = self.record_names()
+        specs = [s for s in specs if record_name(s) in names]
+        objects = {split: self._listing(split) for split in {s.split for s in specs}}
+        recs = self.read_jsons([record_rel(s.split, s.index) for s in specs])
+        out = {}
+        for spec, rec in zip(specs, recs):
+            try:
+                obj = objects[spec.split].get(os.path.basename(spec.url))
+                if obj is None or obj.size != rec["bytes"] or rec["planned"] != len(spec.samples):
+                    continue
+                if verify and rec.get("etag") and obj.etag and obj.etag != rec["etag"]:
+                    continue
+                out[(spec.split, spec.index)] = rec
+            except (TypeError, KeyError):  # no record (None) or not one of ours
+                continue
+        return out
+
+    def clean_stale(self, specs: list[ShardSpec]) -> None:
+        """Nothing to clean remotely (an interrupted upload leaves no object); staged leftovers go."""
+        if self.staging is None:
+            return
+        for spec in specs:
+            folder = os.path.join(self.staging, spec.split)
+            for path in glob.glob(os.path.join(folder, f".{os.path.basename(spec.url)}.*.tmp")) + \
+                    glob.glob(os.path.join(self.staging, spec.url)):
+                os.unlink(path)
+
+    def clean_tmp_json(self) -> None:
+        pass
+
+    def build(self, spec: ShardSpec, policy) -> dict:
+        """Build one shard in staging, upload it, check the object, delete the staged copy (in a worker)."""
+        storage.restore_options(self.options)
+        rec = build_shard(spec, self.staging, policy)
+        local = os.path.join(self.staging, spec.url)
+        url = self.path(spec.url)
+        try:
+            storage.put_file(local, url)
+            rec["etag"] = check_upload(local, url, rec, verify=self.verify)
+        finally:
+            if os.path.exists(local):
+                os.unlink(local)
+        return rec
+
+    def close(self) -> None:
+        if self._own_staging and self.staging:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def check_upload(local: str, url: str, rec: dict, *, verify: bool) -> str | None:
+    """Check the uploaded object against what was sent; returns its ETag (kept in the record).
+
+    Size always. With verify: the md5 the store vouches for (S3 single-part ETag, GCS md5Hash), or an
+    S3 multipart ETag against the one computed from the staged file; stores with neither: size only."""
+    obj = storage.info(url)
+    where = storage.redact(url)
+    if obj.size != rec["bytes"]:
+        raise UploadError(f"uploaded {where} has {obj.size} bytes, expected {rec['bytes']}: rerun to upload it again")
+    if not verify:
+        return obj.etag
+    if obj.md5 is not None:
+        expected = rec["md5"]
+    elif obj.etag and storage.uploads_in_parts(rec["bytes"]) and "-" in obj.etag:
+        expected = storage.multipart_etag(local)
+    else:
+        return obj.etag
+    got = obj.md5 if obj.md5 is not None else obj.etag
+    if got != expected:
+        raise UploadError(f"uploaded {where}: the store reports {got} but the bytes sent hash to {expected}; rerun "
+                          "to upload it again (buckets with SSE-KMS/SSE-C encryption report ETags that are not "
+                          "md5s: use --no-verify there, which checks sizes only)")
+    return obj.etag
+
+
+__all__ = ["LocalOut", "RemoteOut", "UploadError", "check_upload", "open_outdir", "record_name", "record_rel"]

@@ -1,0 +1,314 @@
+"""prepare-shards as a library function: index sources, plan, build shards in parallel, record, finalize.
+
+Restartable by construction: a shard exists under its final name only when complete, and its record
+(``OUT/_prepare/records/``) is written after it. A rerun verifies what is there (record + size +
+sha256, or for a remote OUT record + size + ETag) and builds only the rest; shards are
+byte-reproducible, so the result equals a clean run. OUT is a local folder or any fsspec URL
+(s3://...): `outdir` hides the difference.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+
+from tqdm import tqdm
+
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.classes import wnid_names
+from imagenet_shards.pipeline.prepare.images import ImagePolicy, parse_resize
+from imagenet_shards.pipeline.format.manifest import build_manifest, dumps, write_outputs
+from imagenet_shards.pipeline.prepare.outdir import SPLITS, STATE, open_outdir, record_name, record_rel
+from imagenet_shards.pipeline.prepare.plan import ShardSpec, part_of, plan_split
+from imagenet_shards.pipeline.prepare.sources import (SourceError, index_train, index_val, val_labels_from_devkit,
+                      val_labels_from_kaggle_csv)
+
+
+class PrepareError(Exception):
+    """The job cannot run as asked; the message is one actionable line."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything that decides the output bytes (workers and --part do not)."""
+
+    resize: str = "longer:500"
+    quality: int = 90
+    shard_samples: int | None = 1000
+    shard_bytes: int | None = None
+    seed: int = 0
+    max_pixels: int = 89_478_485
+    exif_transpose: bool = False
+    splits: tuple[str, ...] = SPLITS
+
+    def policy(self) -> ImagePolicy:
+        return ImagePolicy(resize=self.resize, quality=self.quality, max_pixels=self.max_pixels,
+                           exif_transpose=self.exif_transpose)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["splits"] = list(self.splits)
+        return d
+
+
+def _check_config(cfg: Config) -> None:
+    try:
+        parse_resize(cfg.resize)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    if not 1 <= cfg.quality <= 100:
+        raise PrepareError(f"--quality must be 1..100, got {cfg.quality}")
+    if bool(cfg.shard_samples) == bool(cfg.shard_bytes):
+        raise PrepareError("give exactly one of --shard-samples and --shard-bytes")
+    bad = [s for s in cfg.splits if s not in SPLITS]
+    if bad or not cfg.splits:
+        raise PrepareError(f"--splits takes train and/or val, got {','.join(cfg.splits) or 'nothing'}")
+
+
+def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None):
+    """Index the sources of the requested splits; returns (indexes, class WNIDs sorted)."""
+    indexes = {}
+    devkit_leaves = None
+    if "train" in cfg.splits:
+        if not train:
+            raise PrepareError("--train is required when the train split is requested (or use --splits val)")
+        indexes["train"] = index_train(train)
+    if "val" in cfg.splits:
+        if not val:
+            raise PrepareError("--val is required when the val split is requested (or use --splits train)")
+        labels = None
+        if devkit and val_labels:
+            raise PrepareError("give --devkit or --val-labels, not both")
+        if devkit:
+            labels, devkit_leaves = val_labels_from_devkit(devkit)
+        elif val_labels:
+            labels, _ = val_labels_from_kaggle_csv(val_labels)
+        indexes["val"] = index_val(val, labels)
+    if "train" in indexes:
+        classes = sorted({m.wnid for m in indexes["train"].members})
+    elif devkit_leaves is not None:
+        classes = devkit_leaves
+    else:
+        classes = sorted({m.wnid for m in indexes["val"].members if m.wnid})
+    if not classes:
+        raise PrepareError("the sources hold no classes (is the train archive empty?)")
+    if devkit_leaves is not None and devkit_leaves != classes:
+        missing = sorted(set(devkit_leaves) - set(classes))
+        extra = sorted(set(classes) - set(devkit_leaves))
+        raise PrepareError(
+            f"devkit lists {len(devkit_leaves)} classes but the train archive has {len(classes)}"
+            + (f" (missing from train: {', '.join(missing[:5])}{'…' if len(missing) > 5 else ''})" if missing else "")
+            + (f" (not in devkit: {', '.join(extra[:5])}{'…' if len(extra) > 5 else ''})" if extra else "")
+            + "; use the devkit that belongs to these archives")
+    if "val" in indexes:
+        unknown = sorted({m.wnid for m in indexes["val"].members if m.wnid and m.wnid not in set(classes)})
+        if unknown:
+            raise PrepareError(f"val labels name {len(unknown)} classes not in train (e.g. {unknown[0]}); "
+                               "the labels file does not belong to these archives")
+    return indexes, classes
+
+
+def _class_table(classes: list[str]) -> list[dict]:
+    names = wnid_names()
+    return [{"index": i, "wnid": w, "name": names.get(w, w)} for i, w in enumerate(classes)]
+
+
+def _open_out(out, state: dict, overwrite: bool) -> None:
+    """Create OUT (or check it belongs to this exact job), refusing a different config unless overwrite."""
+    where = storage.redact(out.root if not out.remote else out.url)
+    try:
+        old = out.read_json(STATE)
+    except (FileNotFoundError, NotADirectoryError):
+        old = None
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"cannot read {where}/{STATE}: {e}") from None
+    try:
+        if old is not None and old != state:
+            if not overwrite:
+                changed = sorted(k for k in set(old) | set(state) if old.get(k) != state.get(k))
+                raise PrepareError(f"{where} holds shards from a different run ({', '.join(changed)} differ); "
+                                   "use a new --out, or --overwrite to replace them")
+            out.remove_ours()
+        elif old is None and out.has_foreign_splits() and not overwrite:
+            raise PrepareError(f"{where} already has train/ or val/ folders that this tool did not write; "
+                               "use an empty --out or --overwrite")
+        out.create()
+        if old != state:
+            out.write_json(STATE, state)
+    except OSError as e:
+        raise PrepareError(f"cannot write to {where}: {e.strerror or storage.redact(e)}") from None
+
+
+def _worker_init() -> None:
+    """Die with the parent: a killed prepare-shards must not leave workers writing behind its back."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
+    """(I, N) from --part I/N, else torchrun's RANK/WORLD_SIZE, else a Slurm array, else (0, 1)."""
+    if part:
+        try:
+            i, n = (int(x) for x in part.split("/"))
+        except ValueError:
+            raise PrepareError(f"--part takes I/N (e.g. 0/4), got {part!r}") from None
+    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        i = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))
+        n = int(env["SLURM_ARRAY_TASK_COUNT"])
+    elif "RANK" in env and "WORLD_SIZE" in env:
+        i, n = int(env["RANK"]), int(env["WORLD_SIZE"])
+    else:
+        i, n = 0, 1
+    if not (n >= 1 and 0 <= i < n):
+        raise PrepareError(f"part {i}/{n} is out of range: I must be in 0..N-1")
+    return i, n
+
+
+def _plan_rejects(p) -> list[dict]:
+    """Members rejected before any image is read: duplicate keys and unlabeled val images."""
+    why = {"duplicate_key": "another member has the same key; the first in key/source order was kept",
+           "no_label": "the val labels file has no entry for this image"}
+    rows = [(m, "duplicate_key") for m in p.duplicates] + [(m, "no_label") for m in p.unlabeled]
+    return sorted(({"split": p.split, "key": m.key, "source": m.source, "reason": r, "detail": why[r]}
+                   for m, r in rows), key=lambda x: (x["key"], x["source"]))
+
+
+def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, config: Config = Config(),
+            workers: int | None = None, part: tuple[int, int] = (0, 1), overwrite: bool = False,
+            verify_existing: bool = True, progress: bool = True, staging: str | None = None) -> dict:
+    """Run (or resume) the offline job; returns the summary dict. Raises PrepareError/SourceError on bad input.
+
+    `out`: a local folder or an fsspec URL; for a URL, shards are built in `staging` (default a
+    temp folder, removed at the end) and uploaded from there."""
+    t0 = time.monotonic()
+    _check_config(config)
+    try:
+        indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels)
+    except SourceError as e:
+        raise PrepareError(str(e)) from None
+    wnid_to_label = {w: i for i, w in enumerate(classes)}
+    plans = {s: plan_split(s, idx.members, wnid_to_label, seed=config.seed, shard_samples=config.shard_samples,
+                           shard_bytes=config.shard_bytes) for s, idx in indexes.items()}
+    state = {
+        "config": config.as_dict(),
+        "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
+                     "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
+        "classes": _class_table(classes),
+        "splits": {s: {"num_shards": len(p.shards), "images_in": p.images_in, "plan_rejected": _plan_rejects(p)}
+                   for s, p in plans.items()},
+    }
+    outdir = open_outdir(out, staging=staging, verify=verify_existing)
+    try:
+        _open_out(outdir, state, overwrite)
+        all_specs = [spec for s in config.splits for spec in plans[s].shards]
+        mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
+        try:
+            records = outdir.load_records(mine, verify_existing)
+        except OSError as e:
+            raise PrepareError(f"cannot check what {storage.redact(out)} already holds: {e}") from None
+        pending = [spec for spec in mine if (spec.split, spec.index) not in records]
+        outdir.clean_stale(pending)  # temp files left by a killed run
+        done_images = _build(outdir, pending, config, workers, records, progress)
+        done = outdir.record_names()
+    finally:
+        outdir.close()
+
+    missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
+    summary = {"out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
+               "shards_reused": len(mine) - len(pending), "images_processed": done_images,
+               "wall_s": round(time.monotonic() - t0, 3)}
+    summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
+    if not missing:
+        manifest = finalize(out)
+        summary.update(_summarize(manifest))
+    else:
+        summary.update({"complete": False, "shards_missing": len(missing),
+                        "parts_missing": sorted({n % part[1] for n in missing})})
+    return summary
+
+
+def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, records: dict,
+           progress: bool) -> int:
+    """Build the pending shards in worker processes (each builds, and for a remote OUT uploads and
+    checks, whole shards); the main process writes each record as its shard is done."""
+    if not pending:
+        return 0
+    workers = workers or len(os.sched_getaffinity(0))
+    out.start_staging()
+    totals = Counter(sp.split for sp in pending for _ in sp.samples)
+    bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
+                    dynamic_ncols=True, smoothing=0.05)
+            for i, s in enumerate(sorted(totals, key=SPLITS.index))}
+    rejected = Counter()
+    policy = config.policy()
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
+                                 initializer=_worker_init) as pool:
+            futures = [pool.submit(out.build, sp, policy) for sp in pending]
+            for fut in as_completed(futures):
+                rec = fut.result()
+                out.write_json(record_rel(rec["split"], rec["index"]), rec)
+                records[(rec["split"], rec["index"])] = rec
+                rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
+                bar = bars[rec["split"]]
+                bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
+                bar.update(rec["planned"])
+    finally:
+        for b in bars.values():
+            b.close()
+    return sum(totals.values())
+
+
+def finalize(out: str) -> dict:
+    """Assemble manifest.json, _info.json and the wids indexes once every shard has its record."""
+    outdir = open_outdir(out)
+    try:
+        try:
+            state = outdir.read_json(STATE)
+        except (FileNotFoundError, NotADirectoryError):
+            raise PrepareError(f"{storage.redact(out)} has no {STATE}: run prepare-shards into it first") from None
+        wanted = [(split, i) for split in state["config"]["splits"]
+                  for i in range(state["splits"][split]["num_shards"])]
+        found = outdir.read_jsons([record_rel(split, i) for split, i in wanted])
+        records = {split: [] for split in state["config"]["splits"]}
+        missing = []
+        for n, ((split, i), rec) in enumerate(zip(wanted, found)):
+            if rec is None:
+                missing.append((n, f"{split}/{i:06d}"))
+            else:
+                records[split].append(rec)
+        n = len(wanted)
+        if missing:
+            raise PrepareError(f"{len(missing)} of {n} shards are not done yet (first: {missing[0][1]}, global "
+                               f"shard number {missing[0][0]}; with --part I/N that is part {missing[0][0]} mod "
+                               "N); run the missing parts, then finalize again")
+        outdir.clean_tmp_json()
+        manifest = build_manifest(state, records)
+        write_outputs(out, manifest)
+        return manifest
+    except OSError as e:
+        raise PrepareError(f"cannot finalize {storage.redact(out)}: {storage.redact(e)}") from None
+
+
+def _summarize(manifest: dict) -> dict:
+    t = manifest["totals"]
+    return {"complete": True, "samples": t["samples"], "shards": t["shards"], "bytes": t["bytes"],
+            "images_in": t["images_in"],
+            "rejected_by_reason": dict(Counter(r["reason"] for r in manifest["rejected"] + manifest["skipped"])),
+            "fixed_by_kind": manifest["fixed"]["counts"],
+            "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
+                           "skipped": v["num_skipped"], "images_in": v["images_in"]}
+                       for s, v in manifest["splits"].items()}}
+
+
+__all__ = ["Config", "PrepareError", "finalize", "parse_part", "prepare", "dumps"]

@@ -1,0 +1,120 @@
+"""Write one shard, atomically and byte-reproducibly, and describe what went into it.
+
+A worker process builds whole shards: read each planned member's bytes by offset, run
+`process_image`, append `KEY.cls`, `KEY.jpg`, `KEY.json` to a temp tar, fsync, rename. The returned
+record (counts, hash, rejects, fixes) is what the manifest is assembled from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+import webdataset as wds
+
+from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image
+from imagenet_shards.pipeline.prepare.plan import PlannedSample, ShardSpec
+
+_handles: dict[str, object] = {}  # per-process cache of open source files (one outer tar = one handle)
+
+
+def read_member(s: PlannedSample) -> bytes:
+    """The member's bytes, by offset, from its (cached, per-process) open source file."""
+    f = _handles.get(s.path)
+    if f is None:
+        if len(_handles) > 64:
+            for h in _handles.values():
+                h.close()
+            _handles.clear()
+        f = _handles[s.path] = open(s.path, "rb")
+    f.seek(s.offset)
+    data = f.read(s.size)
+    if len(data) != s.size:
+        raise OSError(f"short read of {s.source} from {s.path}: source changed since it was indexed?")
+    return data
+
+
+def sample_json(s: PlannedSample, r) -> bytes:
+    meta = {"label": s.label, "wnid": s.wnid, "filename": s.filename, "width": r.width, "height": r.height,
+            "orig_width": r.orig_width, "orig_height": r.orig_height, "fixes": list(r.fixes)}
+    return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
+    """Write `spec` under out_dir/spec.url (temp name, fsync, rename) and return its record."""
+    final = os.path.join(out_dir, spec.url)
+    folder = os.path.dirname(final)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".tmp", dir=folder)
+    rejected, skipped, fixed, class_counts = [], [], [], {}
+    digests = (hashlib.sha256(), hashlib.md5())
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            hashing = _HashingWriter(raw, digests)
+            with wds.TarWriter(hashing, user="", group="", mode=0o644, encoder=False, mtime=0) as tw:
+                for s in spec.samples:
+                    r = process_image(read_member(s), policy)
+                    where = {"split": spec.split, "key": s.key, "source": s.source}
+                    if r.status == "rejected":
+                        rejected.append({**where, "reason": r.reason, "detail": r.detail})
+                        continue
+                    if r.status == "skipped":
+                        skipped.append({**where, "reason": r.reason, "detail": r.detail})
+                        continue
+                    tw.write({"__key__": s.key, "jpg": r.data, "cls": str(s.label).encode(),
+                              "json": sample_json(s, r)})
+                    class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1
+                    if r.fixes:
+                        fixed.append({"split": spec.split, "key": s.key, "fixes": list(r.fixes)})
+            raw.flush()
+            os.fsync(raw.fileno())
+            size = raw.tell()
+        os.replace(tmp, final)
+        fsync_dir(folder)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return {
+        "split": spec.split, "index": spec.index, "url": spec.url,
+        "num_samples": sum(class_counts.values()), "planned": len(spec.samples),
+        "bytes": size, "sha256": digests[0].hexdigest(), "md5": digests[1].hexdigest(),
+        "class_counts": dict(sorted(class_counts.items())),
+        "rejected": rejected, "skipped": skipped, "fixed": fixed,
+    }
+
+
+class _HashingWriter:
+    """File wrapper that hashes what is written, so a shard is hashed while it is written, not re-read."""
+
+    def __init__(self, f, digests):
+        self._f, self._digests = f, digests
+
+    def write(self, b):
+        for d in self._digests:
+            d.update(b)
+        return self._f.write(b)
+
+    def tell(self):
+        return self._f.tell()
+
+    def flush(self):
+        self._f.flush()

@@ -1,0 +1,17 @@
+"""The one I/O layer: every byte the project reads or writes outside the process goes through here.
+
+``fs`` opens, lists and writes local paths and fsspec URLs (s3://, gs://, http(s)://, ...);
+``retry`` classifies errors, retries transient ones and resumes reads at the byte where they
+stopped, and redacts credentials from every URL it shows; ``atomic`` writes local files so that a
+crash never leaves a half-written one under the final name; ``units`` reads and prints sizes.
+Callers use this facade (``storage.open_url``); tests that replace internals patch ``fs``/``retry``.
+"""
+
+from imagenet_shards.pipeline.storage.fs import (UNLISTABLE, ObjectInfo, add_storage_option,
+                                                 apply_storage_options, can_list, exists, fs_for, human_bytes, info,
+                                                 is_remote, isdir, join, list_details, listdir, local_path, makedirs,
+                                                 multipart_etag, open_url, options_snapshot, parse_storage_options,
+                                                 protocol, put_file, read_bytes, remove, restore_options, set_options,
+                                                 size, uploads_in_parts, write_bytes)
+from imagenet_shards.pipeline.storage.retry import (RetryPolicy, RetryingReader, StorageError, call, is_transient,
+                                                    named_error, redact, retry_policy, set_retry_policy)

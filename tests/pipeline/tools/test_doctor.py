@@ -1,0 +1,29 @@
+"""imagenet-shards-doctor tells the truth about the imaging stack in this interpreter."""
+
+import json
+from importlib import metadata
+
+import PIL
+from PIL import features
+
+from imagenet_shards.pipeline.tools.doctor import main
+
+
+def test_doctor_json_matches_the_imported_pil(capsys):
+    assert main(["--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["pil_version"] == PIL.__version__
+    assert info["libjpeg_turbo"] == bool(features.check_feature("libjpeg_turbo"))
+    try:
+        metadata.distribution("pillow-simd")
+        simd_installed = True
+    except metadata.PackageNotFoundError:
+        simd_installed = False
+    # pillow-simd versions carry a ".postN" suffix; a leftover dist-info alone must not count
+    assert info["pillow_simd"] == (simd_installed and ".post" in PIL.__version__)
+
+
+def test_doctor_brief_is_one_line_naming_the_path(capsys):
+    assert main(["--brief"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert "\n" not in out and ("fast path" in out or "SLOW PATH" in out)

@@ -1,0 +1,258 @@
+"""Per-sample decoding: crop geometry, accuracy against torchvision, row-limited and region decode, errors, augs."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+from PIL import Image
+
+from tests.fixtures.loader import texture_image
+from imagenet_shards.train.loader import decode as dec
+
+
+def jpeg(img: Image.Image, quality: int = 90, **kw) -> bytes:
+    b = io.BytesIO()
+    img.save(b, "JPEG", quality=quality, **kw)
+    return b.getvalue()
+
+
+@pytest.fixture(scope="module")
+def photo() -> bytes:
+    return jpeg(texture_image(200, 150, seed=1))
+
+
+def pil_rgb(data: bytes) -> Image.Image:
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+needs_turbo = pytest.mark.skipif(dec._jpegcrop is None, reason="imagenet_shards.train.loader._jpegcrop not built (no libjpeg-turbo headers)")
+# every decoder this build has: the turbo tests below skip without the extension, these just shrink
+BUILT = ["turbo", "pil"] if dec._jpegcrop is not None else ["pil"]
+
+
+# ----------------------------------------------------------------------------- geometry
+
+def test_random_resized_crop_params_match_torchvision_distribution():
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    W, H, n = 500, 375, 4000
+    ours = np.array([dec.random_resized_crop_params(W, H, (0.08, 1.0), (3 / 4, 4 / 3), rng) for _ in range(n)])
+    theirs = np.array([T.RandomResizedCrop.get_params(torch.empty(1, H, W), [0.08, 1.0], [3 / 4, 4 / 3])
+                       for _ in range(n)])
+    for p in (ours, theirs):
+        top, left, h, w = p.T
+        assert (top >= 0).all() and (left >= 0).all() and (top + h <= H).all() and (left + w <= W).all()
+    area = lambda p: (p[:, 2] * p[:, 3] / (W * H))  # noqa: E731
+    aspect = lambda p: np.log(p[:, 3] / p[:, 2])  # noqa: E731
+    assert abs(area(ours).mean() - area(theirs).mean()) < 0.02
+    assert abs(aspect(ours).mean() - aspect(theirs).mean()) < 0.02
+    assert abs(np.median(ours[:, 0]) - np.median(theirs[:, 0])) < 12
+
+
+def test_random_resized_crop_fallback_equals_torchvision():
+    # scale 1 on a 4:1 image can never fit: both fall back to the centred, ratio-clamped crop
+    params = dec.random_resized_crop_params(400, 100, (1.0, 1.0), (3 / 4, 4 / 3), random.Random(0))
+    assert params == T.RandomResizedCrop.get_params(torch.empty(1, 100, 400), [1.0, 1.0], [3 / 4, 4 / 3])
+
+
+def test_center_crop_params_match_resize_then_crop():
+    for W, H in [(500, 375), (375, 500), (97, 150), (256, 256)]:
+        top, left, h, w = dec.center_crop_params(W, H, 256, 224)
+        rw, rh = T.Resize(256)(Image.new("RGB", (W, H))).size
+        assert w * rw / W == pytest.approx(224) and h * rh / H == pytest.approx(224)
+        assert left * rw / W == pytest.approx(round((rw - 224) / 2))
+        assert top * rh / H == pytest.approx(round((rh - 224) / 2))
+    with pytest.raises(ValueError):
+        dec.center_crop_params(100, 100, 64, 80)
+
+
+# ----------------------------------------------------------------------------- accuracy
+
+@pytest.mark.parametrize("size", [(200, 150), (150, 200), (97, 131)])
+@pytest.mark.parametrize("decoder", BUILT)
+def test_val_equals_torchvision_resize_center_crop(size, decoder):
+    data = jpeg(texture_image(*size, seed=2))
+    out = dec.decode_val(data, resize=80, crop=64, decoder=decoder)
+    ref = T.Compose([T.Resize(80), T.CenterCrop(64), T.PILToTensor()])(pil_rgb(data)).numpy()
+    assert out.shape == (3, 64, 64) and out.dtype == np.uint8
+    diff = np.abs(out.astype(int) - ref)
+    assert diff.max() <= 2 and diff.mean() < 0.05
+
+
+@pytest.mark.parametrize("decoder", BUILT)
+@pytest.mark.parametrize("size", [(640, 480), (500, 375)])
+def test_val_with_dct_downscale_stays_close(size, decoder):
+    data = jpeg(texture_image(*size, seed=3))  # shorter side 480 -> 96: a 1/4 draft applies (1/2 for 375)
+    out = dec.decode_val(data, resize=96, crop=80, decoder=decoder)
+    ref = T.Compose([T.Resize(96), T.CenterCrop(80), T.PILToTensor()])(pil_rgb(data)).numpy()
+    assert np.abs(out.astype(int) - ref).mean() < 4
+
+
+def test_draft_applies_to_odd_sizes():
+    # Pillow picks its draft scale as min(W // w, H // h): 375 rows must still get 1/2
+    img = Image.open(io.BytesIO(jpeg(texture_image(500, 375, seed=3))))
+    assert dec._draft_scale(img, 300, 300, 100, 100) == 2 and img.size == (250, 188)
+
+
+def test_val_tvio_close_to_reference(photo):
+    out = dec.decode_val(photo, resize=80, crop=64, decoder="tvio")
+    ref = T.Compose([T.Resize(80), T.CenterCrop(64), T.PILToTensor()])(pil_rgb(photo)).numpy()
+    assert out.shape == (3, 64, 64) and np.abs(out.astype(int) - ref).mean() < 2.5
+
+
+@pytest.mark.parametrize("decoder", BUILT)
+def test_train_full_crop_equals_plain_resize(photo, decoder):
+    # scale 1 and the image's own aspect: the crop is the whole picture
+    out = dec.decode_train(photo, res=48, rng=random.Random(0), scale=(1, 1), ratio=(4 / 3, 4 / 3), hflip=False,
+                           decoder=decoder)
+    ref = np.asarray(pil_rgb(photo).resize((48, 48), Image.BILINEAR)).transpose(2, 0, 1)
+    assert np.abs(out.astype(int) - ref).max() <= 2
+
+
+@pytest.mark.parametrize("decoder", BUILT)
+def test_train_same_seed_same_crop_for_both_decoders_and_flip(photo, decoder):
+    a = dec.decode_train(photo, res=32, rng=random.Random(5), decoder=decoder)
+    b = dec.decode_train(photo, res=32, rng=random.Random(5), decoder="tvio")
+    assert np.abs(a.astype(int) - b).mean() < 6  # same crop, different resamplers
+    flips = set()
+    for seed in range(12):
+        rng = random.Random(seed)
+        noflip = dec.decode_train(photo, res=32, rng=random.Random(seed), hflip=False, decoder=decoder)
+        out = dec.decode_train(photo, res=32, rng=rng, decoder=decoder)
+        assert out.shape == (3, 32, 32) and out.dtype == np.uint8
+        flips.add(bool((out == noflip).all()) or (bool((out == noflip[:, :, ::-1]).all()) and "flipped"))
+    assert flips == {True, "flipped"}
+
+
+def test_row_limited_decode_is_exact(photo):
+    full = np.asarray(pil_rgb(photo))
+    for rows in (1, 17, 90, 149):
+        part = dec._load_rows(Image.open(io.BytesIO(photo)), rows)
+        assert np.array_equal(np.asarray(part.convert("RGB")), full[:rows])
+    # a black band at the cut makes the "was the last row written" check doubt: it must still be exact
+    img = texture_image(120, 90, seed=4)
+    img.paste((0, 0, 0), (0, 40, 120, 90))
+    data = jpeg(img)
+    part = dec._load_rows(Image.open(io.BytesIO(data)), 60)
+    assert np.array_equal(np.asarray(part)[:60], np.asarray(pil_rgb(data))[:60])
+
+
+def test_grayscale_and_progressive_jpegs(photo):
+    gray = jpeg(texture_image(120, 90, seed=5).convert("L"))
+    assert dec.decode_val(gray, resize=64, crop=48).shape == (3, 48, 48)
+    assert dec.decode_train(gray, res=32, rng=random.Random(0)).shape == (3, 32, 32)
+    prog = jpeg(texture_image(120, 90, seed=6), progressive=True)
+    out = dec.decode_val(prog, resize=64, crop=48)
+    ref = T.Compose([T.Resize(64), T.CenterCrop(48), T.PILToTensor()])(pil_rgb(prog)).numpy()
+    assert np.abs(out.astype(int) - ref).max() <= 2
+
+
+# ----------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("decoder", BUILT + ["tvio"])
+def test_undecodable_raises_decode_error(photo, decoder):
+    for bad in (b"", b"not a jpeg at all", photo[: len(photo) // 3]):
+        with pytest.raises(dec.DecodeError):
+            dec.decode_val(bad, resize=80, crop=64, decoder=decoder)
+    with pytest.raises(dec.DecodeError):
+        dec.decode_train(b"\xff\xd8\xff garbage", res=32, rng=random.Random(0), decoder=decoder)
+
+
+def test_decode_label_and_decoder_names():
+    assert dec.decode_label(b"417") == 417
+    with pytest.raises(dec.DecodeError):
+        dec.decode_label(b"n01440764")
+    assert dec.resolve_decoder("auto") == ("turbo" if dec._jpegcrop is not None else "pil")
+    with pytest.raises(ValueError, match="unknown decoder"):
+        dec.resolve_decoder("dali")
+
+
+# ----------------------------------------------------------------------------- turbo (libjpeg-turbo region decode)
+
+@needs_turbo
+@pytest.mark.parametrize("size", [(500, 375), (375, 500), (333, 251), (64, 48)])
+def test_turbo_train_crops_equal_pil(size):
+    # same libjpeg, same DCT scaling, same resample: the region decode must not change a pixel,
+    # at every reduction (res 24..224 on these sizes gives scales 1, 2, 4 and 8)
+    data = jpeg(texture_image(*size, seed=7))
+    for res in (224, 160, 96, 48, 24):
+        for seed in range(6):
+            a = dec.decode_train(data, res=res, rng=random.Random(seed), decoder="turbo")
+            b = dec.decode_train(data, res=res, rng=random.Random(seed), decoder="pil")
+            assert a.shape == (3, res, res) and a.dtype == np.uint8
+            assert np.abs(a.astype(int) - b).max() <= 1, (size, res, seed)
+
+
+@needs_turbo
+def test_turbo_is_deterministic(photo):
+    outs = [dec.decode_train(photo, res=40, rng=random.Random(seed), decoder="turbo") for seed in (3, 3, 4)]
+    assert np.array_equal(outs[0], outs[1]) and not np.array_equal(outs[0], outs[2])
+
+
+@needs_turbo
+def test_turbo_region_equals_full_decode():
+    data = jpeg(texture_image(300, 200, seed=8))
+    full = np.asarray(pil_rgb(data))
+    pixels, x, y, w, rows = dec._jpegcrop.decode_region(data, 1, 100, 50, 180, 120)
+    assert x <= 100 and y == 50 and x + w >= 180 and rows == 70
+    region = np.frombuffer(pixels, np.uint8).reshape(rows, w, 4)[:, :, :3]
+    # libjpeg's upsampling lacks its neighbours in a cropped region's first/last 8 columns
+    assert np.array_equal(region[:, 8:-8], full[50:120, x + 8:x + w - 8])
+    assert dec._jpegcrop.header(data) == (300, 200, 3)
+
+
+@needs_turbo
+@pytest.mark.parametrize("kind", ["png", "gray", "cmyk", "progressive"])
+def test_turbo_falls_back_or_handles_the_unusual(kind):
+    img = texture_image(120, 90, seed=9)
+    if kind == "png":
+        b = io.BytesIO()
+        img.save(b, "PNG")
+        data = b.getvalue()
+    else:
+        data = jpeg(img.convert("L") if kind == "gray" else img.convert("CMYK") if kind == "cmyk" else img,
+                    progressive=kind == "progressive")
+    if kind != "progressive":  # the extension declines these: the Pillow path takes over
+        assert dec._jpegcrop.decode_region(data, 1, 0, 0, 10, 10) is None
+    for res in (32, 80):
+        a = dec.decode_train(data, res=res, rng=random.Random(1), decoder="turbo")
+        b = dec.decode_train(data, res=res, rng=random.Random(1), decoder="pil")
+        assert a.shape == (3, res, res) and np.abs(a.astype(int) - b).max() <= 1
+    assert np.array_equal(dec.decode_val(data, resize=64, crop=48, decoder="turbo"),
+                          dec.decode_val(data, resize=64, crop=48, decoder="pil"))
+
+
+@needs_turbo
+def test_turbo_declines_damage_and_pil_judges(photo):
+    # libjpeg pads a truncated stream with grey and only warns: the extension declines instead
+    cut = photo[: len(photo) // 2]
+    assert dec._jpegcrop.decode_region(cut, 1, 0, 0, 200, 150) is None
+    assert dec._jpegcrop.header(b"\xff\xd8\xff garbage") is None
+    with pytest.raises(ValueError, match="denom"):
+        dec._jpegcrop.decode_region(photo, 3, 0, 0, 10, 10)
+
+
+def test_turbo_missing_extension_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(dec, "_jpegcrop", None)
+    with pytest.raises(ValueError, match="libjpeg"):
+        dec.resolve_decoder("turbo")
+
+
+# ----------------------------------------------------------------------------- augmentations
+
+@pytest.mark.parametrize("name", ["ra", "ta", "aa", "jitter"])
+def test_augs_stay_uint8_and_are_seeded(photo, name):
+    aug = dec.make_aug(name)
+    img = torch.from_numpy(np.ascontiguousarray(dec.decode_val(photo, resize=80, crop=64)))
+    state = torch.get_rng_state()
+    a, b = dec.apply_aug(aug, img, 7), dec.apply_aug(aug, img, 7)
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's RNG is untouched
+    assert a.dtype == torch.uint8 and a.shape == img.shape and torch.equal(a, b)
+    assert dec.make_aug(None) is None
+    with pytest.raises(ValueError):
+        dec.make_aug("mixup")

@@ -1,0 +1,414 @@
+"""The streaming loader: plan invariants, exact epochs across ranks/workers, determinism, bad samples."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.fixtures.loader import index_of, sample_key, write_shard_set
+from imagenet_shards.train.loader import dataset as D
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+N = 50          # samples per split in the matrix sets
+C = 7           # classes
+B = 4           # batch size
+RES = 16        # train crop
+VAL = (20, 16)  # val resize, crop
+
+
+def _set(tmp_path_factory, shards, n=N, **kw):
+    root = tmp_path_factory.mktemp(f"s{shards}")
+    write_shard_set(root, split="train", num_samples=n, num_shards=shards, num_classes=C, size=(32, 24), **kw)
+    write_shard_set(root, split="val", num_samples=n, num_shards=shards, num_classes=C, size=(24, 32), **kw)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    return {s: _set(tmp_path_factory, s) for s in (1, 7, 16)}
+
+
+def loader(data, split="train", batch_size=B, **kw):
+    kw.setdefault("res", RES)
+    kw.setdefault("val_resize", VAL[0])
+    kw.setdefault("val_crop", VAL[1])
+    return D.make_loader(data, split, batch_size, **kw)
+
+
+def collect(ld) -> list[list[int]]:
+    """Sample indices per batch, checking shape, dtype, layout and that labels came through."""
+    out = []
+    for images, labels in ld:
+        assert images.dtype == torch.uint8 and labels.dtype == torch.int64
+        assert images.is_contiguous() and images.shape[1] == 3 and images.shape[0] == labels.shape[0]
+        idx = [index_of(img) for img in images]
+        assert [i % C for i in idx] == labels.tolist()
+        out.append(idx)
+    return out
+
+
+# ----------------------------------------------------------------------------- pure plan
+
+@pytest.mark.parametrize("sizes", [[50], [7] * 7 + [1], [3, 0, 5, 9, 1, 2, 30], [1] * 16])
+@pytest.mark.parametrize("world,workers,bs", [(1, 1, 4), (2, 3, 4), (3, 2, 5), (4, 4, 1), (2, 8, 16)])
+def test_plan_train_equal_batches_and_disjoint(sizes, world, workers, bs):
+    n = sum(sizes)
+    owned = []
+    for rank in range(world):
+        plans = D.epoch_plan(sizes, batch_size=bs, rank=rank, world_size=world, workers=workers, train=True,
+                             seed=3, epoch=1)
+        assert sum(len(p.batch_sizes) for p in plans) == (n // world) // bs
+        assert all(b == bs for p in plans for b in p.batch_sizes)
+        for p in plans:
+            assert sum(q.stop - q.start for q in p.pieces) == p.num_samples + p.spares
+            owned += [(q.shard, i) for q in p.pieces for i in range(q.start, q.stop)]
+    assert len(owned) == len(set(owned)) <= n
+
+
+@pytest.mark.parametrize("sizes", [[50], [7] * 7 + [1], [3, 0, 5, 9, 1, 2, 30]])
+@pytest.mark.parametrize("world,workers,bs", [(1, 1, 4), (2, 3, 4), (3, 2, 5), (2, 8, 16)])
+def test_plan_eval_exactly_once(sizes, world, workers, bs):
+    owned, counts = [], []
+    for rank in range(world):
+        plans = D.epoch_plan(sizes, batch_size=bs, rank=rank, world_size=world, workers=workers, train=False)
+        counts.append(sum(len(p.batch_sizes) for p in plans))
+        for p in plans:
+            assert all(0 < b <= bs for b in p.batch_sizes)
+            assert sum(q.stop - q.start for q in p.pieces) == p.num_samples
+            owned += [(q.shard, i) for q in p.pieces for i in range(q.start, q.stop)]
+    assert sorted(owned) == [(s, i) for s, n in enumerate(sizes) for i in range(n)]
+    assert max(counts) - min(counts) <= 1
+
+
+def test_shard_order_is_a_seeded_permutation():
+    a = D.shard_order(100, seed=1, epoch=0)
+    assert sorted(a) == list(range(100))
+    assert a == D.shard_order(100, seed=1, epoch=0)
+    assert a != D.shard_order(100, seed=1, epoch=1) and a != D.shard_order(100, seed=2, epoch=0)
+
+
+def test_shuffle_buffer_permutes_deterministically():
+    items = list(range(500))
+    a = list(D.shuffle_buffer(items, 64, random.Random(1)))
+    assert sorted(a) == items and a != items
+    assert a == list(D.shuffle_buffer(items, 64, random.Random(1)))
+    assert list(D.shuffle_buffer(items, 1, random.Random(1))) == items
+
+
+def test_read_shard_mid_range(sets):
+    m = D.read_manifest(sets[1])
+    (shard,) = D.split_shards(m, sets[1], "train")
+    recs = list(D.read_shard(shard.url, 5, 9))
+    assert [r.key for r in recs] == [sample_key("train", i, i % C) for i in range(5, 9)]
+    assert all(r.jpg and r.cls == str(int(r.key.split("_")[-1]) % C).encode() for r in recs)
+    with pytest.raises(ValueError, match="audit-shards"):
+        list(D.read_shard(shard.url, 0, N + 1))
+
+
+def test_manifest_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
+        D.read_manifest(str(tmp_path))
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        D.read_manifest(str(tmp_path))
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "x"}))
+    with pytest.raises(ValueError, match="splits"):
+        D.read_manifest(str(tmp_path))
+    write_shard_set(tmp_path / "ok", num_samples=4, num_shards=1)
+    with pytest.raises(ValueError, match="split 'val' is not in the manifest"):
+        D.make_loader(str(tmp_path / "ok"), "val", 2)
+
+
+# ----------------------------------------------------------------------------- the matrix (simulated ranks)
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("workers", [0, 1, 3])
+@pytest.mark.parametrize("shards", [1, 7, 16])
+def test_matrix_exact_epochs(sets, shards, workers):
+    data = sets[shards]
+    for world in (1, 2):
+        train = [collect(loader(data, rank=r, world_size=world, workers=workers, seed=5, epoch=2))
+                 for r in range(world)]
+        assert {len(t) for t in train} == {(N // world) // B}
+        assert all(len(b) == B for t in train for b in t)
+        seen = [i for t in train for b in t for i in b]
+        assert len(seen) == len(set(seen))  # at most once
+
+        lds = [loader(data, "val", rank=r, world_size=world, workers=workers) for r in range(world)]
+        val = [collect(ld) for ld in lds]
+        assert sorted(i for v in val for b in v for i in b) == list(range(N))  # exactly once
+        assert [len(v) for v in val] == [len(ld) for ld in lds]
+        assert max(map(len, val)) - min(map(len, val)) <= 1
+        assert all(ld.stats["samples"] == ld.num_samples for ld in lds)
+
+
+@pytest.mark.timeout(120)
+def test_order_determinism_and_epochs(sets):
+    data = sets[7]
+    a = collect(loader(data, workers=2, seed=1, epoch=0, shuffle_buffer=16))
+    assert a == collect(loader(data, workers=2, seed=1, epoch=0, shuffle_buffer=16))
+    assert a != collect(loader(data, workers=2, seed=1, epoch=1, shuffle_buffer=16))
+    assert a != collect(loader(data, workers=2, seed=2, epoch=0, shuffle_buffer=16))
+    # the in-process path gives one worker's order, also reproducible
+    assert collect(loader(data, workers=0, epoch=3)) == collect(loader(data, workers=0, epoch=3))
+
+
+@pytest.mark.timeout(120)
+def test_persistent_workers_follow_set_epoch_and_resolution(sets):
+    data = sets[7]
+    ld = loader(data, workers=2, persistent_workers=True, seed=4)
+    first = collect(ld)
+    ld.set_epoch(1)
+    ld.set_resolution(24)
+    shapes = {tuple(x.shape[2:]) for x, _ in ld}
+    assert shapes == {(24, 24)}
+    ld.set_resolution(RES)
+    assert collect(ld) == collect(loader(data, workers=2, seed=4, epoch=1))
+    ld.set_epoch(0)
+    assert collect(ld) == first
+    assert len(ld) == ld.stats["batches"] and ld.num_samples == ld.stats["samples"]
+
+
+# ----------------------------------------------------------------------------- bad samples
+
+@pytest.fixture(scope="module")
+def bad_set(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    corrupt = [sample_key("train", 3, 3 % C), sample_key("train", 30, 30 % C)]
+    write_shard_set(root, split="train", num_samples=42, num_shards=3, num_classes=C, size=(32, 24),
+                    corrupt_keys=corrupt, missing_cls_keys=[sample_key("train", 11, 11 % C)])
+    write_shard_set(root, split="val", num_samples=21, num_shards=2, num_classes=C, size=(32, 24),
+                    corrupt_keys=[sample_key("val", 5, 5 % C)])
+    return str(root), corrupt + [sample_key("train", 11, 11 % C)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bad_samples_skipped_replaced_and_reported(bad_set, workers, caplog):
+    data, bad_keys = bad_set
+    # 42 samples, batch 8: 5 full batches and 2 spares; all 3 bad samples are read (shuffle_buffer=1: in order)
+    ld = loader(data, batch_size=8, workers=workers, shuffle_buffer=1)
+    got = collect(ld)
+    assert len(got) == len(ld) == 5 and all(len(b) == 8 for b in got)
+    seen = [i for b in got for i in b]
+    assert not {3, 11, 30} & set(seen)
+    assert ld.stats["bad_samples"] == 3 and sorted(ld.stats["bad_keys"]) == sorted(bad_keys)
+    # 40 slots, 39 good samples available: one slot must repeat a sample, and is counted
+    assert ld.stats["duplicated"] == 1 and len(set(seen)) == 39
+    assert any(bad_keys[0] in r.getMessage() for r in caplog.records)
+
+    val = loader(data, "val", batch_size=8, workers=workers)
+    got = collect(val)
+    assert sorted(i for b in got for i in b) == [i for i in range(21) if i != 5]
+    assert val.stats["bad_keys"] == [sample_key("val", 5, 5 % C)] and len(got) == len(val)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_strict_raises_with_key_and_shard(bad_set, workers):
+    data, bad_keys = bad_set
+    keys = "|".join(bad_keys)
+    with pytest.raises(D.BadSampleError, match=rf"bad sample '({keys})' in .*imagenet1k-train-00000\d\.tar"):
+        collect(loader(data, batch_size=8, workers=workers, shuffle_buffer=1, strict=True))
+
+
+def test_bad_samples_use_spares_first(bad_set):
+    data, _ = bad_set
+    ld = loader(data, batch_size=13, workers=0)  # 3 batches = 39 slots; 42 samples, 3 bad: spares suffice
+    got = collect(ld)
+    assert len(got) == 3 and ld.stats["duplicated"] == 0 and ld.stats["bad_samples"] == 3
+    seen = [i for b in got for i in b]
+    assert len(seen) == len(set(seen)) == 39
+
+
+# ----------------------------------------------------------------------------- pixels and labels
+
+def test_val_crop_matches_torchvision_reference(tmp_path):
+    import io
+
+    import torchvision.transforms as T
+    from PIL import Image
+
+    write_shard_set(tmp_path, split="val", num_samples=6, num_shards=2, num_classes=3, content="texture",
+                    size=[(160, 120), (97, 150), (150, 101)])
+    ld = D.make_loader(str(tmp_path), "val", 4, workers=0, val_resize=72, val_crop=64)
+    out = [(x, y) for x, y in ld]
+    images = torch.cat([x for x, _ in out])
+    labels = torch.cat([y for _, y in out])
+    assert labels.tolist() == [i % 3 for i in range(6)]
+    ref_tf = T.Compose([T.Resize(72), T.CenterCrop(64), T.PILToTensor()])
+    shards = D.split_shards(D.read_manifest(str(tmp_path)), str(tmp_path), "val")
+    recs = [r for s in shards for r in D.read_shard(s.url)]
+    for img, rec in zip(images, recs):
+        ref = ref_tf(Image.open(io.BytesIO(rec.jpg)).convert("RGB"))
+        diff = (img.int() - ref.int()).abs()
+        assert diff.max() <= 2 and diff.float().mean() < 0.1
+
+
+def test_train_labels_and_crops_come_through(sets):
+    ld = loader(sets[7], workers=0, res=12)
+    got = collect(ld)  # collect checks label == index % C for every image
+    assert all(x.shape == (B, 3, 12, 12) for x, _ in ld)
+    assert len(got) == N // B
+
+
+def test_importing_train_data_is_light():
+    import subprocess
+    import sys
+    code = ("import sys, imagenet_shards.train.loader.dataset; heavy = [m for m in ('torchvision', 'webdataset', 'fsspec') if m in sys.modules];"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------- real DDP (2 gloo ranks)
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_rank(rank, world, port, data, outdir):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        result = {}
+        for split in ("train", "val"):
+            ld = loader(data, split, rank=rank, world_size=world, workers=2, seed=9)
+            idx, steps = [], 0
+            for images, labels in ld:
+                idx += [index_of(img) for img in images]
+                # what a DDP step does: a collective per batch; a rank running dry would hang here
+                t = torch.ones(1)
+                dist.all_reduce(t)
+                steps += 1
+            gathered = [None] * world
+            dist.all_gather_object(gathered, (steps, idx))
+            result[split] = gathered
+        if rank == 0:
+            Path(outdir, "result.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(180)
+def test_real_ddp_two_gloo_ranks(sets, tmp_path):
+    import torch.multiprocessing as mp
+    # train: 7 shards, 50 samples, 2 ranks x 2 workers; val: unequal batch counts are fine, but this
+    # set gives equal ones (25 per rank), so the per-batch all_reduce cannot hang either
+    # fork: the ranks inherit the imported torch instead of re-importing it (no CUDA here)
+    mp.start_processes(_ddp_rank, args=(2, _free_port(), sets[7], str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
+    result = json.loads((tmp_path / "result.json").read_text())
+    steps = [s for s, _ in result["train"]]
+    assert steps == [(N // 2) // B] * 2
+    train_idx = [i for _, idx in result["train"] for i in idx]
+    assert len(train_idx) == len(set(train_idx)) == 2 * ((N // 2) // B) * B
+    assert sorted(i for _, idx in result["val"] for i in idx) == list(range(N))
+
+
+# ----------------------------------------------------------------------------- augs and bench-loader
+
+def test_aug_through_the_loader(sets):
+    ld = loader(sets[7], workers=0, aug="ta", res=12)
+    got = [(x, y) for x, y in ld]
+    assert len(got) == len(ld) and all(x.dtype == torch.uint8 and x.shape == (B, 3, 12, 12) for x, _ in got)
+    again = [(x, y) for x, y in loader(sets[7], workers=0, aug="ta", res=12)]
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(got, again))  # seeded from (seed, epoch, rank, worker)
+    with pytest.raises(ValueError, match="unknown aug"):
+        loader(sets[7], aug="cutmix")
+
+
+def test_bench_loader_json(sets, capsys):
+    from imagenet_shards.train.bench import run as bench
+    rc = bench.main([sets[7], "--workers", "0", "--batches", "3", "--warmup", "1", "--batch-size", "4",
+                     "--res", "16", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["images"] == 12 and out["images_per_s"] > 0
+    assert {"images_per_s", "workers", "batch_size", "decoder", "images_per_s_per_worker"} <= set(out)
+    assert bench.main([sets[7] + "/nope", "--json"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_loader_compare_runs(tmp_path, capsys):
+    from imagenet_shards.train.bench import run as bench
+    write_shard_set(tmp_path, num_samples=48, num_shards=3, num_classes=4, content="texture", size=(96, 72))
+    rc = bench.main([str(tmp_path), "--workers", "1", "--batches", "4", "--warmup", "1", "--batch-size", "8",
+                     "--res", "32", "--compare"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    for name in ("imagenet-shards", "ImageFolder", "tarfile", "webdataset", "DALI", "FFCV"):
+        assert name in out
+
+
+# ----------------------------------------------------------------------------- round trip with the real writer
+
+@pytest.mark.timeout(300)
+def test_round_trip_with_prepare_shards(tmp_path):
+    """Synthetic archives -> prepare-shards -> our loader: labels per class equal the manifest's counts."""
+    from collections import Counter
+
+    from imagenet_shards.pipeline.prepare.cli import main as prepare
+    from imagenet_shards.pipeline.tools.synthetic.generate import generate
+    src, out = tmp_path / "src", tmp_path / "shards"
+    generate(src, classes=4, train_per_class=12, val_per_class=4, quirks=True, progress=False)
+    assert prepare(["--train", str(src / "ILSVRC2012_img_train.tar"), "--val", str(src / "ILSVRC2012_img_val.tar"),
+                    "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"), "--out", str(out),
+                    "--resize", "longer:96", "--shard-samples", "7", "--workers", "1", "--quiet"]) == 0
+    manifest = D.read_manifest(str(out))
+    wnid = {c["index"]: c["wnid"] for c in manifest["classes"]}
+    for split, world in (("val", 2), ("train", 2)):
+        counts, batches = Counter(), []
+        n = manifest["splits"][split]["num_samples"]
+        for rank in range(world):
+            ld = D.make_loader(str(out), split, 4, workers=2, rank=rank, world_size=world, res=32,
+                               val_resize=40, val_crop=32)
+            got = [(x.shape, y) for x, y in ld]
+            batches.append(len(got))
+            counts.update(wnid[int(label)] for _, y in got for label in y)
+            assert ld.stats["bad_samples"] == 0
+        expected = manifest["splits"][split]["class_counts"]
+        if split == "val":
+            assert counts == Counter(expected) and sum(counts.values()) == n
+        else:
+            assert batches == [(n // world) // 4] * world
+            assert all(counts[w] <= expected[w] for w in counts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_worker_rss_does_not_grow_across_epochs(tmp_path):
+    import os
+    write_shard_set(tmp_path, num_samples=600, num_shards=3, num_classes=C, content="texture", size=(128, 96))
+    ld = D.make_loader(str(tmp_path), "train", 16, workers=1, persistent_workers=True, res=64, shuffle_buffer=200)
+
+    def worker_rss_mib() -> int:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    if int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid():
+                        pages = int(Path(f"/proc/{entry}/statm").read_text().split()[1])
+                        return pages * os.sysconf("SC_PAGE_SIZE") >> 20
+                except OSError:
+                    pass
+        return 0
+    peaks = []
+    for epoch in range(5):
+        ld.set_epoch(epoch)
+        peak = 0
+        for i, _ in enumerate(ld):
+            if i % 5 == 4:
+                peak = max(peak, worker_rss_mib())
+        peaks.append(peak)
+    assert 0 < peaks[-1] < 1500 and peaks[-1] - peaks[1] < 40, peaks

@@ -1,0 +1,354 @@
+"""Per-sample decoding: JPEG bytes in, a uint8 crop out. Pure functions, no files, no globals.
+
+Three decoders, same crop semantics (crop parameters are always drawn in original-image
+coordinates, with the distribution of torchvision's ``RandomResizedCrop.get_params``):
+
+* ``turbo`` (the ``auto`` choice when the ``imagenet_shards.train.loader._jpegcrop`` extension is built; see
+  docs/loader.md for the measurements): libjpeg-turbo decodes only the crop's region. Rows above
+  it are entropy-decoded but skipped (no IDCT, upsampling or colour conversion), only the iMCU
+  columns holding it are converted, decoding stops after its last row, and the same 1/2, 1/4,
+  1/8 DCT scaling as ``pil`` applies. The region comes out as RGBX, which Pillow wraps without a
+  copy, and is resampled to the output size in one resize. Same libjpeg, same settings: the
+  output equals ``pil``'s. Anything the extension declines (not a JPEG, grayscale/CMYK, any
+  libjpeg error or warning) goes through the ``pil`` path with the same crop.
+* ``pil``: pillow(-simd) with JPEG DCT-domain downscaling (``Image.draft``: 1/2, 1/4, 1/8
+  whenever the crop stays at least ``res`` pixels) and *row-limited decoding*: libjpeg decodes
+  top to bottom, so we stop after the last row the resize filter can touch. Rows below a crop
+  are never entropy-decoded, IDCT'd or colour-converted. The crop box is then resampled straight
+  to the output size (one resize; Pillow's filter reaches outside the box exactly as a
+  resize-then-crop would).
+* ``tvio``: ``torchvision.io.decode_jpeg`` (full decode) + ``v2.functional.resized_crop``
+  (bilinear, antialiased) on the uint8 tensor.
+
+Output: a uint8 ``numpy`` array ``[3, H, W]``, often a strided view of the HWC(X) pixels (the
+batcher's copy into its batch slot does the transpose and the flip for free). Nothing is
+converted to float here.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+import warnings
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+try:
+    from imagenet_shards.train.loader import _jpegcrop
+except ImportError:  # not built (no C compiler or libjpeg-turbo headers at install time)
+    _jpegcrop = None
+
+DECODERS = ("auto", "turbo", "pil", "tvio")
+# docs/loader.md: turbo ~20-25 % less CPU per crop than pil, which beats tvio on train crops
+AUTO_DECODER = "turbo" if _jpegcrop is not None else "pil"
+
+# Bilinear filter support in output pixels (PIL.Image.BILINEAR has support 1.0); when
+# downscaling by f the filter reaches f input pixels on each side.
+_FILTER_SUPPORT = 1.0
+_ROW_MARGIN = 2
+# turbo: libjpeg's fancy upsampling lacks its neighbours in the first and last 8 columns of a
+# cropped region, so ask for 8 more on each side than the filter needs (exact, tested)
+_COL_MARGIN = 8 + 2
+
+
+class DecodeError(ValueError):
+    """The bytes are not a decodable image (the caller knows the key and shard)."""
+
+
+def resolve_decoder(decoder: str) -> str:
+    """Map ``auto`` to the measured default (``turbo`` when built, else ``pil``) and validate the name."""
+    if decoder not in DECODERS:
+        raise ValueError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
+    if decoder == "turbo" and _jpegcrop is None:
+        raise ValueError("decoder 'turbo' needs the imagenet_shards.train.loader._jpegcrop extension, which was not built: install a C "
+                         "compiler and the libjpeg-turbo headers (apt-get install libjpeg-dev), then reinstall "
+                         "(pip install -e .), or use decoder 'pil'")
+    return AUTO_DECODER if decoder == "auto" else decoder
+
+
+# ----------------------------------------------------------------------------- crop geometry
+
+def random_resized_crop_params(width: int, height: int, scale: Sequence[float],
+                               ratio: Sequence[float], rng: random.Random) -> tuple[int, int, int, int]:
+    """(top, left, h, w) in original pixels, same distribution as torchvision's
+    ``RandomResizedCrop.get_params`` (10 tries, then a centre crop clamped to ``ratio``)."""
+    area = width * height
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = rng.randint(0, height - h)
+            left = rng.randint(0, width - w)
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        w, h = int(round(height * max(ratio))), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def center_crop_params(width: int, height: int, resize: int, crop: int) -> tuple[float, float, float, float]:
+    """(top, left, h, w) in original pixels (floats) of torchvision's ``Resize(resize)`` +
+    ``CenterCrop(crop)``: shorter side to ``resize`` (longer side truncated like torchvision),
+    then a centred ``crop`` square with torchvision's rounding. Needs ``crop <= resize``."""
+    if crop > resize:
+        raise ValueError(f"val crop {crop} is larger than the val resize {resize}")
+    if width <= height:
+        rw, rh = resize, int(resize * height / width)
+    else:
+        rw, rh = int(resize * width / height), resize
+    top = int(round((rh - crop) / 2.0))
+    left = int(round((rw - crop) / 2.0))
+    sx, sy = width / rw, height / rh
+    return top * sy, left * sx, crop * sy, crop * sx
+
+
+# ----------------------------------------------------------------------------- PIL path
+
+def _open(data: bytes) -> Image.Image:
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise DecodeError(f"not a recognised image ({len(data)} bytes starting {bytes(data[:8])!r})") from None
+    except Exception as e:  # SyntaxError, struct.error, OSError... from a damaged header
+        raise DecodeError(f"cannot open image: {e}") from e
+
+
+def _dct_reduction(crop_w: float, crop_h: float, out_w: int, out_h: int) -> int:
+    """The largest of 1, 2, 4, 8 that keeps the crop at least the output size after dividing by it.
+    (libjpeg-turbo also scales by 3/8, 5/8, 6/8, 7/8, but those IDCTs are plain C: measured slower
+    than a full-size SIMD decode, docs/loader.md.)"""
+    k = min(crop_w / out_w, crop_h / out_h)
+    return 8 if k >= 8 else 4 if k >= 4 else 2 if k >= 2 else 1
+
+
+def _draft_scale(img: Image.Image, crop_w: float, crop_h: float, out_w: int, out_h: int) -> int:
+    """Ask libjpeg for a 1/2, 1/4 or 1/8 DCT-domain reduction that keeps the crop >= the output;
+    returns the reduction actually applied (1 when none, or not a JPEG)."""
+    if img.format != "JPEG":
+        return 1
+    s = _dct_reduction(crop_w, crop_h, out_w, out_h)
+    if s == 1:
+        return 1
+    W, H = img.size
+    # Pillow picks the scale as min(W // w, H // h): ask for floor sizes, or an odd height (375)
+    # would silently get no reduction at all
+    res = img.draft("RGB", (max(1, W // s), max(1, H // s)))
+    if res is None:
+        return 1
+    return max(1, round(W / res[1][2]))
+
+
+def _load_rows(img: Image.Image, rows: int) -> Image.Image:
+    """Decode only the first ``rows`` rows of a (drafted) JPEG.
+
+    libjpeg refuses to *finish* a decompression that stopped early, so Pillow reports a broken
+    stream after writing every row we asked for; that one error is expected. Anything that
+    looks off (a different error, a truncated stream, or an untouched last row) falls back to a
+    normal full ``load()``, which raises for real corruption.
+    """
+    W, H = img.size
+    tile = img.tile
+    if (rows >= H or len(tile) != 1 or tile[0][0] != "jpeg" or img.mode not in ("RGB", "L")
+            or not hasattr(img, "decoderconfig")):
+        img.load()
+        return img
+    _, extents, offset, args = tile[0]
+    if tuple(extents) != (0, 0, W, H):
+        img.load()
+        return img
+    fp = img.fp
+    fp.seek(offset)
+    data = fp.read()
+    part = Image.core.new(img.mode, (W, rows))
+    decoder = Image._getdecoder(img.mode, "jpeg", args, img.decoderconfig)
+    try:
+        decoder.setimage(part, (0, 0, W, rows))
+        n, err = decoder.decode(data)
+    finally:
+        decoder.cleanup()
+    # n >= 0: the decoder wants more bytes (truncated); err -1 means it finished the image.
+    ok = n < 0 and err in (-1, -2)
+    out = img._new(part)
+    if not ok or out.crop((0, rows - 1, W, rows)).getbbox() is None:
+        # unexpected status, or the last row untouched (an error mid-way leaves zeros; a black
+        # border can too): decode normally, which raises for real corruption
+        fp.seek(0)
+        img.load()
+        return img
+    return out
+
+
+def _pil_resized_crop(img: Image.Image, top: float, left: float, h: float, w: float,
+                      out_w: int, out_h: int) -> Image.Image:
+    """Crop box (original pixels) of an opened, not yet loaded image, resampled to out_w x out_h."""
+    s = _draft_scale(img, w, h, out_w, out_h)
+    box = (left / s, top / s, (left + w) / s, (top + h) / s)
+    try:
+        # the bilinear filter reads up to max(1, scale) * support input rows past the box
+        reach = max(1.0, (h / s) / out_h) * _FILTER_SUPPORT
+        rows = min(img.size[1], int(math.ceil(box[3] + reach)) + _ROW_MARGIN)
+        img = _load_rows(img, rows)
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        return img.resize((out_w, out_h), Image.BILINEAR, box=box)
+    except Exception as e:  # OSError (truncated/broken), ValueError, SyntaxError...
+        raise DecodeError(f"cannot decode image: {e}") from e
+
+
+def _to_chw(a: np.ndarray, flip: bool = False) -> np.ndarray:
+    # a strided view: the batcher's copy into its slot does the HWC->CHW transpose (and the flip)
+    return (a[:, ::-1] if flip else a).transpose(2, 0, 1)
+
+
+# ----------------------------------------------------------------------------- turbo path (libjpeg-turbo region)
+
+def _turbo_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a 3-component JPEG the turbo path can try; None sends it to Pillow."""
+    head = _jpegcrop.header(data)
+    return (head[0], head[1]) if head is not None and head[2] == 3 else None
+
+
+def _turbo_resized_crop(data: bytes, top: float, left: float, h: float, w: float,
+                        out_w: int, out_h: int) -> np.ndarray | None:
+    """HWC uint8 of the crop box (original pixels) resampled to out_w x out_h, decoding only the
+    region the bilinear filter reads; None when the extension declines the bytes."""
+    s = _dct_reduction(w, h, out_w, out_h)
+    x0, y0, x1, y1 = left / s, top / s, (left + w) / s, (top + h) / s
+    reach_x = max(1.0, (x1 - x0) / out_w) * _FILTER_SUPPORT
+    reach_y = max(1.0, (y1 - y0) / out_h) * _FILTER_SUPPORT
+    region = _jpegcrop.decode_region(
+        data, s, int(math.floor(x0 - reach_x)) - _COL_MARGIN, int(math.floor(y0 - reach_y)) - _ROW_MARGIN,
+        int(math.ceil(x1 + reach_x)) + _COL_MARGIN, int(math.ceil(y1 + reach_y)) + _ROW_MARGIN)
+    if region is None:
+        return None
+    pixels, rx, ry, width, rows = region
+    img = Image.frombuffer("RGBX", (width, rows), pixels, "raw", "RGBX", 0, 1)  # no copy
+    out = img.resize((out_w, out_h), Image.BILINEAR, box=(x0 - rx, y0 - ry, x1 - rx, y1 - ry))
+    return np.asarray(out)[:, :, :3]
+
+
+def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image | None]:
+    """Image size, and the opened PIL image unless the turbo path will try the bytes first."""
+    if decoder == "turbo":
+        size = _turbo_size(data)
+        if size is not None:
+            return size, None
+    img = _open(data)
+    return img.size, img
+
+
+def _resized_crop(data: bytes, img: Image.Image | None, top: float, left: float, h: float, w: float,
+                  out_w: int, out_h: int) -> np.ndarray:
+    """HWC uint8 crop: turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow."""
+    if img is None:
+        out = _turbo_resized_crop(data, top, left, h, w, out_w, out_h)
+        if out is not None:
+            return out
+        img = _open(data)
+    return np.asarray(_pil_resized_crop(img, top, left, h, w, out_w, out_h))
+
+
+# ----------------------------------------------------------------------------- torchvision.io path
+
+def _tvio_decode(data: bytes) -> torch.Tensor:
+    from torchvision.io import ImageReadMode, decode_image
+    with warnings.catch_warnings():
+        # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; still the same libjpeg-turbo
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        except Exception as e:
+            raise DecodeError(f"cannot decode image: {e}") from e
+
+
+def _tvio_resized_crop(img: torch.Tensor, top: float, left: float, h: float, w: float,
+                       out_w: int, out_h: int) -> torch.Tensor:
+    from torchvision.transforms.v2 import functional as F
+    # integer crop like torchvision (the val box comes in as floats from the centre-crop maths)
+    t0, l0 = int(round(top)), int(round(left))
+    return F.resized_crop(img, t0, l0, int(round(top + h)) - t0, int(round(left + w)) - l0,
+                          [out_h, out_w], antialias=True)
+
+
+# ----------------------------------------------------------------------------- public entry points
+
+def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0),
+                 ratio=(3 / 4, 4 / 3), hflip: bool = True, decoder: str = "pil") -> np.ndarray:
+    """RandomResizedCrop(res, scale, ratio) + random horizontal flip -> uint8 [3, res, res].
+
+    Draws from ``rng`` in a fixed order (crop, then flip), so a seeded rng gives the same crop
+    whatever the decoder. Raises ``DecodeError`` for undecodable bytes."""
+    decoder = resolve_decoder(decoder)
+    if decoder != "tvio":
+        (W, H), img = _open_size(data, decoder)
+        top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
+        flip = hflip and rng.random() < 0.5
+        return _to_chw(_resized_crop(data, img, top, left, h, w, res, res), flip)
+    img = _tvio_decode(data)
+    H, W = img.shape[-2:]
+    top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
+    flip = hflip and rng.random() < 0.5
+    out = _tvio_resized_crop(img, top, left, h, w, res, res).numpy()
+    return out[:, :, ::-1] if flip else out
+
+
+def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str = "pil") -> np.ndarray:
+    """Resize the shorter side to ``resize`` and centre-crop ``crop`` -> uint8 [3, crop, crop]
+    (torchvision ``Resize(resize)`` + ``CenterCrop(crop)``, done as one resample of the box)."""
+    decoder = resolve_decoder(decoder)
+    if decoder != "tvio":
+        size, img = _open_size(data, decoder)
+        top, left, h, w = center_crop_params(*size, resize, crop)
+        return _to_chw(_resized_crop(data, img, top, left, h, w, crop, crop))
+    img = _tvio_decode(data)
+    H, W = img.shape[-2:]
+    top, left, h, w = center_crop_params(W, H, resize, crop)
+    return _tvio_resized_crop(img, top, left, h, w, crop, crop).numpy()
+
+
+def decode_label(data: bytes) -> int:
+    """The ``.cls`` member: decimal ASCII, no newline (docs/format.md)."""
+    try:
+        return int(data.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DecodeError(f"bad .cls content {data[:20]!r}") from e
+
+
+# ----------------------------------------------------------------------------- optional augmentations
+
+AUGS = (None, "ra", "ta", "aa", "jitter")
+
+
+def make_aug(aug: str | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """torchvision v2 augmentation on a uint8 [3,H,W] tensor, or None. RandomErasing is not here:
+    it belongs after normalization, on the device (trainer)."""
+    if aug not in AUGS:
+        raise ValueError(f"unknown aug {aug!r}; choose one of none, ra, ta, aa, jitter")
+    if aug is None:
+        return None
+    from torchvision.transforms import v2
+    return {
+        "ra": lambda: v2.RandAugment(num_ops=2, magnitude=9),
+        "ta": lambda: v2.TrivialAugmentWide(),
+        "aa": lambda: v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET),
+        "jitter": lambda: v2.ColorJitter(0.4, 0.4, 0.4),
+    }[aug]()
+
+
+def apply_aug(aug, img: torch.Tensor, seed: int) -> torch.Tensor:
+    """Run a torch-RNG-driven augmentation deterministically from ``seed`` without disturbing
+    the caller's global torch RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return aug(img)
