@@ -321,7 +321,7 @@ def test_shard_cache_keeps_its_cap_and_evicts_least_recently_used(local_shards, 
     entries = shard_entries(manifest_of(local_shards))[:4]
     sizes = [e["bytes"] for e in entries]
     cache = ShardCache(str(tmp_path / "c"), max_bytes=sizes[0] + sizes[1] + sizes[2] - 1)  # fits any two
-    stale = Path(cache.folder) / "0123-imagenet1k-train-000009.tar.tmp-4194999"  # a killed download (no such pid)
+    stale = Path(cache.folder) / ".0123-imagenet1k-train-000009.tar.4194999-0a1b2c3d.tmp"  # a killed download (no such pid)
     stale.write_bytes(b"partial")
     with serve_http(local_shards) as base:
         urls = [f"{base}/{e['url']}" for e in entries]

@@ -18,19 +18,6 @@ import sys
 
 from imagenet_shards.pipeline import storage
 
-SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-
-
-def parse_size(text: str) -> int:
-    """'256MB' -> 256000000 (also KB, GB, KiB, MiB, GiB, or plain bytes)."""
-    t = text.strip().upper()
-    num = t.rstrip("KMGIB")
-    unit = t[len(num):]
-    if unit not in SIZE_UNITS or not num:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256MB, 1GiB)")
-    return int(float(num) * SIZE_UNITS[unit])
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prepare-shards", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh = p.add_argument_group("shards")
     sz = sh.add_mutually_exclusive_group()
     sz.add_argument("--shard-samples", type=int, default=None, help="samples per shard (default 1000)")
-    sz.add_argument("--shard-bytes", type=parse_size, default=None,
+    sz.add_argument("--shard-bytes", type=storage.positive_size, default=None,
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     sh.add_argument("--splits", default="train,val", help="which splits to build (default train,val)")

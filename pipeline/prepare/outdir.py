@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import dumps, write_json_atomic
+from imagenet_shards.pipeline.storage.atomic import stale_temps
 from imagenet_shards.pipeline.prepare.plan import ShardSpec
 from imagenet_shards.pipeline.prepare.shards import build_shard, sha256_file
 
@@ -95,7 +96,7 @@ class LocalOut:
         found = [self.path(STATE_DIR)] + [p for pat in OUR_TOP_FILES for p in glob.glob(self.path(pat))]
         for split in SPLITS:
             found += glob.glob(os.path.join(self.root, split, OUR_SHARDS))
-            found += glob.glob(os.path.join(self.root, split, ".imagenet1k-*.tmp"))
+            found += stale_temps(os.path.join(self.root, split), "imagenet1k-*")
         for p in found:
             if os.path.isdir(p):
                 shutil.rmtree(p)
@@ -127,13 +128,14 @@ class LocalOut:
     def clean_stale(self, specs: list[ShardSpec]) -> None:
         """Remove temp files a killed run left for these (to be rebuilt) shards."""
         for spec in specs:
-            stale = glob.glob(os.path.join(self.root, spec.split, f".{os.path.basename(spec.url)}.*.tmp"))
-            stale += glob.glob(self.path(record_rel(spec.split, spec.index)) + ".tmp-*")
+            record = self.path(record_rel(spec.split, spec.index))
+            stale = stale_temps(os.path.join(self.root, spec.split), os.path.basename(spec.url))
+            stale += stale_temps(os.path.dirname(record), os.path.basename(record))
             for path in stale:
                 os.unlink(path)
 
     def clean_tmp_json(self) -> None:
-        for path in glob.glob(os.path.join(self.root, "*.json.tmp-*")):  # left by a finalize that was killed
+        for path in stale_temps(self.root, "*.json"):  # left by a finalize that was killed
             os.unlink(path)
 
     def start_staging(self) -> None:
@@ -254,7 +256,7 @@ class RemoteOut:
             return
         for spec in specs:
             folder = os.path.join(self.staging, spec.split)
-            for path in glob.glob(os.path.join(folder, f".{os.path.basename(spec.url)}.*.tmp")) + \
+            for path in stale_temps(folder, os.path.basename(spec.url)) + \
                     glob.glob(os.path.join(self.staging, spec.url)):
                 os.unlink(path)
 

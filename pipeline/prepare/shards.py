@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 
 import webdataset as wds
 
+from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image
 from imagenet_shards.pipeline.prepare.plan import PlannedSample, ShardSpec
 
@@ -42,14 +42,6 @@ def sample_json(s: PlannedSample, r) -> bytes:
     return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def sha256_file(path: str, chunk: int = 1 << 22) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -60,39 +52,26 @@ def sha256_file(path: str, chunk: int = 1 << 22) -> str:
 
 def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     """Write `spec` under out_dir/spec.url (temp name, fsync, rename) and return its record."""
-    final = os.path.join(out_dir, spec.url)
-    folder = os.path.dirname(final)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".tmp", dir=folder)
     rejected, skipped, fixed, class_counts = [], [], [], {}
     digests = (hashlib.sha256(), hashlib.md5())
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            hashing = _HashingWriter(raw, digests)
-            with wds.TarWriter(hashing, user="", group="", mode=0o644, encoder=False, mtime=0) as tw:
-                for s in spec.samples:
-                    r = process_image(read_member(s), policy)
-                    where = {"split": spec.split, "key": s.key, "source": s.source}
-                    if r.status == "rejected":
-                        rejected.append({**where, "reason": r.reason, "detail": r.detail})
-                        continue
-                    if r.status == "skipped":
-                        skipped.append({**where, "reason": r.reason, "detail": r.detail})
-                        continue
-                    tw.write({"__key__": s.key, "jpg": r.data, "cls": str(s.label).encode(),
-                              "json": sample_json(s, r)})
-                    class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1
-                    if r.fixes:
-                        fixed.append({"split": spec.split, "key": s.key, "fixes": list(r.fixes)})
-            raw.flush()
-            os.fsync(raw.fileno())
-            size = raw.tell()
-        os.replace(tmp, final)
-        fsync_dir(folder)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(os.path.join(out_dir, spec.url)) as raw:
+        hashing = _HashingWriter(raw, digests)
+        with wds.TarWriter(hashing, user="", group="", mode=0o644, encoder=False, mtime=0) as tw:
+            for s in spec.samples:
+                r = process_image(read_member(s), policy)
+                where = {"split": spec.split, "key": s.key, "source": s.source}
+                if r.status == "rejected":
+                    rejected.append({**where, "reason": r.reason, "detail": r.detail})
+                    continue
+                if r.status == "skipped":
+                    skipped.append({**where, "reason": r.reason, "detail": r.detail})
+                    continue
+                tw.write({"__key__": s.key, "jpg": r.data, "cls": str(s.label).encode(),
+                          "json": sample_json(s, r)})
+                class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1
+                if r.fixes:
+                    fixed.append({"split": spec.split, "key": s.key, "fixes": list(r.fixes)})
+        size = raw.tell()
     return {
         "split": spec.split, "index": spec.index, "url": spec.url,
         "num_samples": sum(class_counts.values()), "planned": len(spec.samples),

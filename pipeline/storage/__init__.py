@@ -8,10 +8,13 @@ Callers use this facade (``storage.open_url``); tests that replace internals pat
 """
 
 from imagenet_shards.pipeline.storage.fs import (UNLISTABLE, ObjectInfo, add_storage_option,
-                                                 apply_storage_options, can_list, exists, fs_for, human_bytes, info,
+                                                 apply_storage_options, can_list, exists, fs_for, info,
                                                  is_remote, isdir, join, list_details, listdir, local_path, makedirs,
                                                  multipart_etag, open_url, options_snapshot, parse_storage_options,
                                                  protocol, put_file, read_bytes, remove, restore_options, set_options,
                                                  size, uploads_in_parts, write_bytes)
+from imagenet_shards.pipeline.storage.units import human_bytes, parse_size, positive_size
 from imagenet_shards.pipeline.storage.retry import (RetryPolicy, RetryingReader, StorageError, call, is_transient,
                                                     named_error, redact, retry_policy, set_retry_policy)
+
+__all__ = ["human_bytes", "parse_size", "positive_size", "ObjectInfo", "RetryPolicy", "RetryingReader", "StorageError", "UNLISTABLE", "add_storage_option", "apply_storage_options", "call", "can_list", "exists", "fs_for", "info", "is_remote", "is_transient", "isdir", "join", "list_details", "listdir", "local_path", "makedirs", "multipart_etag", "named_error", "open_url", "options_snapshot", "parse_storage_options", "protocol", "put_file", "read_bytes", "redact", "remove", "restore_options", "retry_policy", "set_options", "set_retry_policy", "size", "uploads_in_parts", "write_bytes"]

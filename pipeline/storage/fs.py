@@ -29,6 +29,7 @@ import sys
 import weakref
 from dataclasses import dataclass
 
+from imagenet_shards.pipeline.storage.atomic import write_atomic
 from imagenet_shards.pipeline.storage.retry import (RetryPolicy, RetryingReader, StorageError, call, is_transient,
                                                     named_error, redact, retry_policy, set_retry_policy)
 
@@ -247,16 +248,6 @@ def read_bytes(url) -> bytes:
         return f.read()
 
 
-def human_bytes(n: float, *, binary: bool = False) -> str:
-    """'33.8 MB' (SI) or, with binary=True, '32.2 MiB'."""
-    base, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "KB", "MB", "GB", "TB"))
-    for unit in units:
-        if n < base or unit == units[-1]:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= base
-    return str(n)
-
-
 def exists(url) -> bool:
     """True if `url` names an existing file or directory."""
     path = local_path(url)
@@ -366,12 +357,7 @@ def write_bytes(url, data: bytes) -> None:
     object on object stores), retried on transient errors."""
     path = local_path(url)
     if path is not None:
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, data)
         return
     fs, p = fs_for(url)
     call(lambda: fs.pipe_file(p, data), url, action="write")

@@ -19,10 +19,10 @@ import posixpath
 import shutil
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.storage.atomic import TEMP_SUFFIX, atomic_open, temp_owner
 
 log = logging.getLogger(__name__)
 
-_TMP = ".tmp-"
 _COPY_BLOCK = 4 << 20
 
 
@@ -70,18 +70,11 @@ class ShardCache:
             log.info("%s (%d bytes) is larger than the shard cache (%d bytes): streaming it",
                      storage.redact(url), size, self.max_bytes)
             return src
-        tmp = f"{path}{_TMP}{os.getpid()}"
-        try:
-            with src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, _COPY_BLOCK)
-                got = dst.tell()
+        with src, atomic_open(path, fsync=False) as dst:  # a cache: losing it in a crash costs a download
+            shutil.copyfileobj(src, dst, _COPY_BLOCK)
+            got = dst.tell()
             if size is not None and got != size:
                 raise storage.StorageError(f"{storage.redact(url)}: fetched {got} of {size} bytes")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
         self.evict(keep=path)
         return open(path, "rb")
 
@@ -92,8 +85,9 @@ class ShardCache:
             try:
                 if not e.is_file():
                     continue
-                if _TMP in e.name:
-                    if not _alive(int(e.name.rsplit(_TMP, 1)[1])):
+                if e.name.startswith(".") and e.name.endswith(TEMP_SUFFIX):
+                    owner = temp_owner(e.path)
+                    if owner is not None and not _alive(owner):
                         os.unlink(e.path)  # a download that was killed
                     continue
                 st = e.stat()

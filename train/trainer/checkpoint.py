@@ -1,7 +1,7 @@
 """Atomic checkpoint files and the RNG states a resumed run needs.
 
-A checkpoint is written to a temporary file in the same directory, fsynced, then renamed over
-the old one (and the directory fsynced), so a kill at any moment leaves either the previous
+A checkpoint is written through the one atomic writer (pipeline.storage.atomic: temp file beside
+it, fsync, rename, directory fsync), so a kill at any moment leaves either the previous
 checkpoint or the new one, never a torn file. Everything in it loads with
 `torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts.
 """
@@ -15,64 +15,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from imagenet_shards.pipeline.storage.atomic import atomic_open, link_atomic, stale_temps
+
 FORMAT = "imagenet-shards-checkpoint"
 FORMAT_VERSION = 1
 LATEST = "checkpoint-latest.pt"
 BEST = "checkpoint-best.pt"
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows; the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
 def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     """Write `state` to `path` atomically (temp file + fsync + rename + directory fsync)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a process killed mid-save
-        stale.unlink(missing_ok=True)
-    tmp = _temp_path(path)
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    for stale in stale_temps(path.parent, path.name):  # left by a process killed mid-save
+        Path(stale).unlink(missing_ok=True)
+    with atomic_open(path) as f:
+        torch.save(state, f)
     return path
 
 
 def link_checkpoint(source: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Make `target` a copy of `source` atomically: a hard link where the filesystem has them."""
-    source, target = Path(source), Path(target)
-    tmp = _temp_path(target)
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        import shutil
-        shutil.copyfile(source, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-    os.replace(tmp, target)
-    _fsync_dir(target.parent)
-    return target
+    link_atomic(source, target)
+    return Path(target)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:

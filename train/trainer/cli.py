@@ -12,7 +12,6 @@ import os
 import sys
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.prepare.cli import parse_size
 from imagenet_shards.train.trainer.schedule import SCHEDULES
 
 
@@ -24,13 +23,6 @@ def _ramp(text: str) -> tuple[int, int]:
     if not 0 <= a <= b:
         raise argparse.ArgumentTypeError(f"expected 0 <= a <= b, got {text!r}")
     return a, b
-
-
-def _size(text: str) -> int:
-    value = parse_size(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
-    return value
 
 
 def _positive_int(text: str) -> int:
@@ -71,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steps between metrics.jsonl train records (default 50)")
     g.add_argument("--cache-dir", metavar="DIR",
                    help="keep local copies of remote shards here (LRU; multi-epoch training from a bucket)")
-    g.add_argument("--cache-size", type=_size, metavar="SIZE",
+    g.add_argument("--cache-size", type=storage.positive_size, metavar="SIZE",
                    help="cap of --cache-dir, e.g. 200GB (default: 90%% of that disk)")
     storage.add_storage_option(g)
 

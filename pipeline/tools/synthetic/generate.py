@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.tools.synthetic.images import class_styles, encode_sample, render
 
@@ -273,28 +274,10 @@ def devkit_bytes(wnids: list[str], ids: dict[str, int], train_counts: dict[str, 
     return gzip.compress(buf.getvalue(), compresslevel=9, mtime=0)
 
 
-class _AtomicFile:
-    """Write to PATH.partial, rename to PATH on success (a crash leaves no half archive)."""
-
-    def __init__(self, path: Path):
-        self.path, self.tmp = path, path.with_name(path.name + ".partial")
-
-    def __enter__(self):
-        self.f = open(self.tmp, "wb")
-        return self.f
-
-    def __exit__(self, exc_type, *_):
-        self.f.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        else:
-            self.tmp.unlink(missing_ok=True)
-
-
 @contextlib.contextmanager
 def _tar_writer(path: Path, enabled: bool):
     """A GNU tar written atomically to `path`, or to nowhere when its layout is not wanted."""
-    with (_AtomicFile(path) if enabled else open(os.devnull, "wb")) as f, \
+    with (atomic_open(path, fsync=False) if enabled else open(os.devnull, "wb")) as f, \
             tarfile.open(fileobj=f, mode="w", format=tarfile.GNU_FORMAT) as tar:
         yield tar
 
@@ -406,7 +389,7 @@ def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class
     if "ilsvrc" in want:
         counts = {w: sum(1 for p in plan if p.split == "train" and p.wnid == w and p.kind != "non_image")
                   for w in wnids}
-        with _AtomicFile(out / DEVKIT) as f:
+        with atomic_open(out / DEVKIT, fsync=False) as f:
             f.write(devkit_bytes(wnids, ids, counts, [p.wnid for p in val_plan]))
     if "kaggle" in want:
         _write(out / "kaggle" / "LOC_val_solution.csv", _kaggle_solution(val_plan, boxes))
@@ -424,7 +407,7 @@ def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class
         "samples": samples,
     }
     text = json.dumps(expected, sort_keys=True, indent=1) + "\n"
-    with _AtomicFile(out / EXPECTED) as f:  # written last: its presence means the set is complete
+    with atomic_open(out / EXPECTED, fsync=False) as f:  # written last: its presence means the set is complete
         f.write(text.encode())
     return expected
 

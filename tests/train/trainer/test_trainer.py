@@ -19,8 +19,7 @@ import pytest
 import torch
 
 from imagenet_shards.train.trainer import checkpoint as ckpt
-from imagenet_shards.train.trainer.cli import main
-from tests.fixtures.trainer import TINY, run_cli, write_tiny_shards
+from tests.fixtures.trainer import TINY, run_cli
 from imagenet_shards.train.trainer.prefetch import (DeviceAugment, DevicePrefetcher, SyntheticBatches, erase_boxes, mix_batch,
                             normalize, random_erase)
 from imagenet_shards.train.trainer.schedule import default_lr, lr_factor, resolution_at
