@@ -15,20 +15,18 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import multiprocessing
-import os
 import posixpath
 import re
 import tarfile
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.format.manifest import FORMAT, FORMAT_VERSION, info_json, wids_index
 from imagenet_shards.pipeline.prepare.sources import key_for
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar, split_name
@@ -619,10 +617,6 @@ def load_expect(name: str) -> tuple[dict, list[str]]:
     return imagenet_1k_facts(), [c.wnid for c in imagenet_1k_classes()]
 
 
-def _pool_context():
-    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-
-
 def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, expect: str | None = None,
           progress: bool = True) -> AuditReport:
     """Audit the shard set at `data` (a directory or URL holding manifest.json).
@@ -696,23 +690,14 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
 
 def _run_shards(data, jobs, classes, deep, workers, progress) -> list[ShardResult]:
     """Audit every (split, entry) job, in parallel when workers > 1; results in job order."""
-    workers = max(1, min(workers or len(os.sched_getaffinity(0)), len(jobs) or 1))
     total = sum(e["bytes"] for _, e in jobs)
     results: list[ShardResult | None] = [None] * len(jobs)
     with tqdm(total=total, desc="audit", unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
               dynamic_ncols=True, smoothing=0.05) as bar:
-        if workers == 1:
-            for i, (split, entry) in enumerate(jobs):
-                results[i] = audit_shard(data, split, entry, classes, deep)
-                bar.update(entry["bytes"])
-        else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-                futures = {pool.submit(audit_shard, data, split, entry, classes, deep): i
-                           for i, (split, entry) in enumerate(jobs)}
-                for fut in as_completed(futures):
-                    i = futures[fut]
-                    results[i] = fut.result()
-                    bar.update(jobs[i][1]["bytes"])
+        for i, result in run_jobs(audit_shard, [(data, split, entry, classes, deep) for split, entry in jobs],
+                                  workers=workers):
+            results[i] = result
+            bar.update(jobs[i][1]["bytes"])
     return results
 
 

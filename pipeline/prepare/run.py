@@ -9,16 +9,15 @@ byte-reproducible, so the result equals a clean run. OUT is a local folder or an
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.format.classes import wnid_names
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, parse_resize
 from imagenet_shards.pipeline.format.manifest import build_manifest, dumps, write_outputs
@@ -143,17 +142,6 @@ def _open_out(out, state: dict, overwrite: bool) -> None:
         raise PrepareError(f"cannot write to {where}: {e.strerror or storage.redact(e)}") from None
 
 
-def _worker_init() -> None:
-    """Die with the parent: a killed prepare-shards must not leave workers writing behind its back."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
     """(I, N) from --part I/N, else torchrun's RANK/WORLD_SIZE, else a Slurm array, else (0, 1)."""
     if part:
@@ -242,7 +230,6 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, r
     checks, whole shards); the main process writes each record as its shard is done."""
     if not pending:
         return 0
-    workers = workers or len(os.sched_getaffinity(0))
     out.start_staging()
     totals = Counter(sp.split for sp in pending for _ in sp.samples)
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
@@ -250,19 +237,14 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, r
             for i, s in enumerate(sorted(totals, key=SPLITS.index))}
     rejected = Counter()
     policy = config.policy()
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     try:
-        with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
-                                 initializer=_worker_init) as pool:
-            futures = [pool.submit(out.build, sp, policy) for sp in pending]
-            for fut in as_completed(futures):
-                rec = fut.result()
-                out.write_json(record_rel(rec["split"], rec["index"]), rec)
-                records[(rec["split"], rec["index"])] = rec
-                rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
-                bar = bars[rec["split"]]
-                bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
-                bar.update(rec["planned"])
+        for _, rec in run_jobs(out.build, [(sp, policy) for sp in pending], workers=workers):
+            out.write_json(record_rel(rec["split"], rec["index"]), rec)
+            records[(rec["split"], rec["index"])] = rec
+            rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
+            bar = bars[rec["split"]]
+            bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
+            bar.update(rec["planned"])
     finally:
         for b in bars.values():
             b.close()

@@ -17,23 +17,41 @@ from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image
 from imagenet_shards.pipeline.prepare.plan import PlannedSample, ShardSpec
 
-_handles: dict[str, object] = {}  # per-process cache of open source files (one outer tar = one handle)
+class SourceFiles:
+    """Open source files of one shard build, by path (one outer tar = one handle), closed at the end.
 
+    Scoped to one shard on purpose: a process-wide cache would outlive the build and, in a
+    long-lived process (a notebook, a test session, one worker running several jobs), serve bytes
+    from a file that has since been replaced under the same path."""
 
-def read_member(s: PlannedSample) -> bytes:
-    """The member's bytes, by offset, from its (cached, per-process) open source file."""
-    f = _handles.get(s.path)
-    if f is None:
-        if len(_handles) > 64:
-            for h in _handles.values():
-                h.close()
-            _handles.clear()
-        f = _handles[s.path] = open(s.path, "rb")
-    f.seek(s.offset)
-    data = f.read(s.size)
-    if len(data) != s.size:
-        raise OSError(f"short read of {s.source} from {s.path}: source changed since it was indexed?")
-    return data
+    MAX_OPEN = 64
+
+    def __init__(self):
+        self._files: dict[str, object] = {}
+
+    def read_member(self, s: PlannedSample) -> bytes:
+        """The member's bytes, read by offset from its source file."""
+        f = self._files.get(s.path)
+        if f is None:
+            if len(self._files) >= self.MAX_OPEN:  # ImageFolder: one file per image
+                self.close()
+            f = self._files[s.path] = open(s.path, "rb")
+        f.seek(s.offset)
+        data = f.read(s.size)
+        if len(data) != s.size:
+            raise OSError(f"short read of {s.source} from {s.path}: source changed since it was indexed?")
+        return data
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def sample_json(s: PlannedSample, r) -> bytes:
@@ -54,11 +72,11 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     """Write `spec` under out_dir/spec.url (temp name, fsync, rename) and return its record."""
     rejected, skipped, fixed, class_counts = [], [], [], {}
     digests = (hashlib.sha256(), hashlib.md5())
-    with atomic_open(os.path.join(out_dir, spec.url)) as raw:
+    with SourceFiles() as sources, atomic_open(os.path.join(out_dir, spec.url)) as raw:
         hashing = _HashingWriter(raw, digests)
         with wds.TarWriter(hashing, user="", group="", mode=0o644, encoder=False, mtime=0) as tw:
             for s in spec.samples:
-                r = process_image(read_member(s), policy)
+                r = process_image(sources.read_member(s), policy)
                 where = {"split": spec.split, "key": s.key, "source": s.source}
                 if r.status == "rejected":
                     rejected.append({**where, "reason": r.reason, "detail": r.detail})

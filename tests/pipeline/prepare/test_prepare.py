@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -337,3 +338,24 @@ def test_duplicate_keys_and_unlabeled_val_images_are_rejected_not_lost(archives,
         assert s["images_in"] == s["num_samples"] + s["num_rejected"] + s["num_skipped"]
     kept = [x for x in read_samples(out, "train") if x["__key__"] == victim.stem]
     assert len(kept) == 1 and json.loads(kept[0]["json"])["wnid"] == a.name  # first in key/source order
+
+
+def test_a_second_run_in_one_process_reads_the_current_sources_not_cached_handles(tmp_path):
+    """Two in-process runs (one worker: no pool) over archives replaced at the same path in between
+    must each read their own archive's bytes (a process-wide handle cache once served stale bytes)."""
+    src = tmp_path / "src"
+    outs = []
+    for seed in (1, 2):
+        if src.exists():
+            shutil.rmtree(src)
+        generate(src, classes=4, train_per_class=4, val_per_class=2, seed=seed, quirks=False, progress=False)
+        out = tmp_path / f"out{seed}"
+        run(src, out, workers=1)
+        fresh = tmp_path / f"fresh{seed}"
+        subprocess.run([sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "--train",
+                        str(src / "ILSVRC2012_img_train.tar"), "--val", str(src / "ILSVRC2012_img_val.tar"),
+                        "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"), "--out", str(fresh),
+                        "--shard-samples", str(SHARD), "--workers", "1", "--quiet"], check=True)
+        assert shard_hashes(out) == shard_hashes(fresh)
+        outs.append(shard_hashes(out))
+    assert outs[0] != outs[1]

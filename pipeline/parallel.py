@@ -1,0 +1,47 @@
+"""The one process-pool helper: run independent jobs in worker processes, results as they finish.
+
+Used by prepare-shards (one job = build a shard) and audit-shards (one job = audit a shard).
+Workers are forked where the platform can (no re-import, the parent's storage options come along;
+``storage.fs`` keeps forked children off the parent's connections) and die with the parent, so a
+killed command never leaves workers writing behind its back. With one worker, jobs run in this
+process (no pool start-up; tracebacks stay simple).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable, Iterator, Sequence
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_jobs(fn: Callable, jobs: Sequence[tuple], *, workers: int | None = None) -> Iterator[tuple[int, object]]:
+    """Yield ``(i, fn(*jobs[i]))`` for every job, in completion order.
+
+    ``workers``: processes to use (default: all cores), never more than there are jobs; 1 runs
+    the jobs here, in order. An exception in a job propagates (the pool is shut down)."""
+    workers = max(1, min(workers or default_workers(), len(jobs) or 1))
+    if workers == 1:
+        for i, args in enumerate(jobs):
+            yield i, fn(*args)
+        return
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent) as pool:
+        futures = {pool.submit(fn, *args): i for i, args in enumerate(jobs)}
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
