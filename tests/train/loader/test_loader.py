@@ -315,7 +315,7 @@ def test_real_ddp_two_gloo_ranks(sets, tmp_path):
     assert sorted(i for _, idx in result["val"] for i in idx) == list(range(N))
 
 
-# ----------------------------------------------------------------------------- augs and bench-loader
+# ----------------------------------------------------------------------------- augs
 
 def test_aug_through_the_loader(sets):
     ld = loader(sets[7], workers=0, aug="ta", res=12)
@@ -325,30 +325,6 @@ def test_aug_through_the_loader(sets):
     assert all(torch.equal(a[0], b[0]) for a, b in zip(got, again))  # seeded from (seed, epoch, rank, worker)
     with pytest.raises(ValueError, match="unknown aug"):
         loader(sets[7], aug="cutmix")
-
-
-def test_bench_loader_json(sets, capsys):
-    from imagenet_shards.train.bench import run as bench
-    rc = bench.main([sets[7], "--workers", "0", "--batches", "3", "--warmup", "1", "--batch-size", "4",
-                     "--res", "16", "--json"])
-    assert rc == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["images"] == 12 and out["images_per_s"] > 0
-    assert {"images_per_s", "workers", "batch_size", "decoder", "images_per_s_per_worker"} <= set(out)
-    assert bench.main([sets[7] + "/nope", "--json"]) == 2
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_bench_loader_compare_runs(tmp_path, capsys):
-    from imagenet_shards.train.bench import run as bench
-    write_shard_set(tmp_path, num_samples=48, num_shards=3, num_classes=4, content="texture", size=(96, 72))
-    rc = bench.main([str(tmp_path), "--workers", "1", "--batches", "4", "--warmup", "1", "--batch-size", "8",
-                     "--res", "32", "--compare"])
-    out = capsys.readouterr().out
-    assert rc == 0
-    for name in ("imagenet-shards", "ImageFolder", "tarfile", "webdataset", "DALI", "FFCV"):
-        assert name in out
 
 
 # ----------------------------------------------------------------------------- round trip with the real writer

@@ -1,0 +1,131 @@
+"""bench-loader: the single-loader run, --compare's rows (each expected row ran, or says why not), --help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fixtures.loader import write_shard_set
+from imagenet_shards.train.bench import compare as C
+from imagenet_shards.train.bench import run as bench
+from imagenet_shards.train.bench.baselines import Baseline
+from imagenet_shards.train.bench.timing import summarize
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+# rows that run everywhere the project installs; DALI and FFCV run only where they are installed
+EXPECTED = ("imagenet-shards (", "imagenet-shards (pil)", "torchvision ImageFolder + PIL", "seed tarfile dataset + PIL",
+            "webdataset .decode('pil') + PIL")
+OPTIONAL = ("DALI CPU pipeline", "FFCV")
+TINY = ["--batches", "2", "--warmup", "1", "--batch-size", "4", "--res", "16"]
+
+
+@pytest.fixture(scope="module")
+def bench_set(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    write_shard_set(root, num_samples=48, num_shards=3, num_classes=4, content="texture", size=(96, 72))
+    return str(root)
+
+
+def _compare_json(data, capsys, *args) -> dict:
+    assert bench.main([data, "--compare", "--json", "--decoder", "turbo" if C.dec.AUTO_DECODER == "turbo" else "tvio",
+                       *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _assert_rows(rows: list[dict]) -> None:
+    """Every expected row carries figures from this run; the others carry figures or say why not."""
+    names = [r["name"] for r in rows]
+    assert names[0].startswith(EXPECTED[0]) and names[1:len(EXPECTED)] == list(EXPECTED[1:])
+    assert names[len(EXPECTED):] == list(OPTIONAL)
+    for r in rows[:len(EXPECTED)]:
+        assert r["note"] == "", r
+        assert r["images_per_s"] > 0 and r["images_per_s_best"] >= r["images_per_s"] and r["speedup"] > 0, r
+    assert rows[0]["speedup"] == 1
+    for r in rows[len(EXPECTED):]:
+        if r["note"].startswith("not run: "):
+            assert all(r[k] is None for k in C.FIGURES), r  # never an outside figure
+        else:
+            assert r["images_per_s"] > 0, r
+
+
+def test_bench_loader_json(bench_set, capsys):
+    rc = bench.main([bench_set, "--workers", "0", "--batches", "3", "--warmup", "1", "--batch-size", "4",
+                     "--res", "16", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["images"] == 12 and out["images_per_s"] > 0 and out["rounds"] == 1  # --help: default 1 round
+    assert {"images_per_s", "workers", "batch_size", "decoder", "images_per_s_per_worker"} <= set(out)
+    assert bench.main([bench_set + "/nope", "--json"]) == 2
+
+
+def test_compare_every_expected_row_ran(bench_set, capsys):
+    out = _compare_json(bench_set, capsys, "--workers", "0", *TINY)
+    assert out["rounds"] == 3  # --help: 3 rounds with --compare
+    _assert_rows(out["compare"])
+    assert out["images_per_s"] == out["compare"][0]["images_per_s"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_compare_every_expected_row_ran_with_worker_processes(bench_set, capsys):
+    out = _compare_json(bench_set, capsys, "--workers", "1", "--rounds", "2", *TINY)
+    _assert_rows(out["compare"])
+
+
+def test_compare_text_table_names_every_row(bench_set, capsys):
+    assert bench.main([bench_set, "--compare", "--workers", "0", "--rounds", "1", *TINY]) == 0
+    out = capsys.readouterr().out
+    for name in EXPECTED + OPTIONAL:
+        assert name in out
+
+
+def test_a_baseline_that_breaks_says_not_run(bench_set, monkeypatch):
+    def broken():
+        raise RuntimeError("cannot start\nsecond line")
+
+    def dies():
+        return lambda e: (1 // 0 for _ in range(1))
+
+    monkeypatch.setattr(C, "baselines", lambda *a, **k: [
+        Baseline("broken", broken), Baseline("dies", dies), Baseline("absent", None, "not run: not installed")])
+    rows = C.compare(bench_set, workers=0, batches=2, batch_size=4, res=16, warmup=1, rounds=2, also_decoders=())
+    by = {r["name"]: r for r in rows}
+    assert by["broken"]["note"] == "not run: failed to start: RuntimeError: cannot start"
+    assert by["dies"]["note"] == "not run: failed in round 1: ZeroDivisionError: integer division or modulo by zero"
+    assert by["absent"]["note"] == "not run: not installed"
+    for name in ("broken", "dies", "absent"):
+        assert all(by[name][k] is None for k in C.FIGURES)
+    assert rows[0]["images_per_s"] > 0 and len(rows) == 4
+
+
+def test_comparison_rows_use_medians_and_leave_unrun_rows_empty():
+    def run(ips, cpu):
+        return {"images": 10, "seconds": 10 / ips, "images_per_s": ips, "cpu_seconds": 10 / cpu,
+                "images_per_cpu_s": cpu}
+    runs = {"ours": [run(100, 50), run(300, 60), run(200, 70)], "theirs": [run(50, 30), run(100, 30), run(10, 30)],
+            "empty": []}
+    rows = C.comparison_rows(["ours", "theirs", "empty", "absent"], runs, {"absent": "not run: peers not found"},
+                             workers=2)
+    ours, theirs, empty, absent = rows
+    assert (ours["images_per_s"], ours["images_per_s_best"], ours["images_per_s_per_worker"]) == (200, 300, 100)
+    assert theirs["images_per_s"] == 50 and theirs["speedup"] == 4 and theirs["speedup_cpu"] == 2
+    assert empty["note"] == "not run: no round finished" and absent["note"] == "not run: peers not found"
+    assert all(r[k] is None for r in (empty, absent) for k in C.FIGURES)
+
+
+def test_summarize_reports_the_median_and_the_best():
+    runs = [{"images": 8, "images_per_s": v, "images_per_cpu_s": None} for v in (5.0, 1.0, 3.0, 9.0)]
+    s = summarize(runs)
+    assert (s["images_per_s"], s["images_per_s_best"], s["images"], s["images_per_cpu_s"]) == (4.0, 9.0, 32, None)
+
+
+def test_help_states_every_default_and_the_median(capsys):
+    parser = bench.build_parser()
+    text = " ".join(parser.format_help().split())
+    assert "median" in text and "best one reported" not in text
+    for action in parser._actions:
+        if action.option_strings and action.default not in (None, False, "==SUPPRESS=="):
+            assert f"default {action.default}" in " ".join(action.help.split()), action.option_strings
+    assert "default 1, or 3 with --compare" in text

@@ -1,0 +1,157 @@
+"""The loaders a user would otherwise pick, built on the same JPEG bytes as ours for ``--compare``.
+
+Each one decodes to uint8 [B,3,res,res] with RandomResizedCrop + horizontal flip, using the same
+number of DataLoader worker processes and the same batch size as our loader.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+from imagenet_shards.train.loader import dataset as D
+
+Epochs = Callable[[int], Iterable]
+
+
+@dataclass
+class Baseline:
+    """A contender: ``build()`` makes its ``epochs`` callable; ``not_run`` (when set) says why it cannot run."""
+    name: str
+    build: Callable[[], Epochs] | None
+    not_run: str = ""
+
+
+def pil_transform(res: int):
+    """torchvision's RandomResizedCrop(res) + RandomHorizontalFlip on a PIL image, to a uint8 tensor."""
+    import torchvision.transforms as T
+    return T.Compose([T.RandomResizedCrop(res), T.RandomHorizontalFlip(), T.PILToTensor()])
+
+
+def _dataloader(dataset, *, batch_size: int, workers: int, shuffle: bool = False):
+    from torch.utils.data import DataLoader
+    kw = dict(persistent_workers=True, prefetch_factor=4) if workers > 0 else {}
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers, drop_last=True, **kw)
+
+
+class TarfileDataset(torch.utils.data.IterableDataset):
+    """The seed's approach: shards split over workers, ``tarfile`` random access, PIL open + transforms."""
+
+    def __init__(self, urls: list[str], transform):
+        self.urls, self.transform = urls, transform
+
+    def __iter__(self):
+        from PIL import Image
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info else (0, 1)
+        for url in self.urls[wid::nw]:
+            with tarfile.open(url) as tar:
+                members = {m.name: m for m in tar.getmembers()}
+                for name, m in members.items():
+                    if not name.endswith(".jpg"):
+                        continue
+                    key = name[:-4]
+                    img = Image.open(io.BytesIO(tar.extractfile(m).read())).convert("RGB")
+                    label = int(tar.extractfile(members[key + ".cls"]).read())
+                    yield self.transform(img), label
+
+
+def export_image_folder(shards: list[D.Shard], root: Path) -> int:
+    """Write every sample of ``shards`` as ROOT/<label>/<key>.JPEG (the same bytes); returns the count."""
+    n = 0
+    for shard in shards:
+        for rec in D.read_shard(shard.url):
+            if rec.jpg is None or rec.cls is None:
+                continue
+            d = root / f"{int(rec.cls):04d}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{rec.key}.JPEG").write_bytes(rec.jpg)
+            n += 1
+    return n
+
+
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+def baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, workers: int,
+              seed: int = 0) -> list[Baseline]:
+    """The baselines in table order: ImageFolder over ``folder`` (the images as files), the seed's
+    tarfile dataset and webdataset over the shard ``urls``, DALI's CPU pipeline and FFCV."""
+    tf = pil_transform(res)
+    local = all("://" not in u for u in urls)
+
+    def image_folder():
+        from torchvision.datasets import ImageFolder
+        loader = _dataloader(ImageFolder(str(folder), transform=tf), batch_size=batch_size, workers=workers,
+                             shuffle=True)
+        return lambda e: loader
+
+    def tarfile_ds():
+        loader = _dataloader(TarfileDataset(urls, tf), batch_size=batch_size, workers=workers)
+        return lambda e: loader
+
+    def webdataset():
+        import webdataset as wds
+        ds = (wds.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil")
+              .to_tuple("jpg", "cls").map_tuple(tf, lambda c: int(c)))
+        loader = _dataloader(ds, batch_size=batch_size, workers=workers)
+        return lambda e: loader
+
+    def dali():
+        from nvidia.dali import fn, pipeline_def, types
+
+        @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=None, seed=seed)
+        def pipe():
+            jpegs, labels = fn.readers.file(file_root=str(folder), random_shuffle=True, name="reader")
+            images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                                   random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+            images = fn.resize(images, resize_x=res, resize_y=res)
+            images = fn.flip(images, horizontal=fn.random.coin_flip())
+            return fn.transpose(images, perm=[2, 0, 1]), labels
+        p = pipe()
+        p.build()
+        per_epoch = max(1, len(list(folder.rglob("*.JPEG"))) // batch_size)
+
+        def epochs(e):
+            for _ in range(per_epoch):
+                images, labels = p.run()
+                yield torch.from_numpy(images.as_array()), torch.from_numpy(labels.as_array())
+        return epochs
+
+    def ffcv_loader():
+        from ffcv.fields import IntField, RGBImageField
+        from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+        from ffcv.loader import Loader, OrderOption
+        from ffcv.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
+        from ffcv.writer import DatasetWriter
+        from torchvision.datasets import ImageFolder
+        beton = folder.parent / "ffcv.beton"
+        DatasetWriter(str(beton), {"image": RGBImageField(write_mode="jpg", jpeg_quality=90), "label": IntField()},
+                      num_workers=max(1, workers)).from_indexed_dataset(ImageFolder(str(folder)))
+        loader = Loader(str(beton), batch_size=batch_size, num_workers=max(1, workers), order=OrderOption.RANDOM,
+                        drop_last=True, pipelines={
+                            "image": [RandomResizedCropRGBImageDecoder((res, res)), RandomHorizontalFlip(),
+                                      ToTensor(), ToTorchImage()],
+                            "label": [IntDecoder(), ToTensor()]})
+        return lambda e: ((x, y.view(-1)) for x, y in loader)
+
+    have_dali, have_ffcv = _importable("nvidia.dali"), _importable("ffcv")
+    return [
+        Baseline("torchvision ImageFolder + PIL", image_folder),
+        Baseline("seed tarfile dataset + PIL", tarfile_ds if local else None,
+                 "" if local else "not run: the tarfile dataset needs local shards"),
+        Baseline("webdataset .decode('pil') + PIL", webdataset),
+        Baseline("DALI CPU pipeline", dali if have_dali else None,
+                 "" if have_dali else "not run: nvidia.dali is not installed"),
+        Baseline("FFCV", ffcv_loader if have_ffcv else None, "" if have_ffcv else "not run: ffcv is not installed"),
+    ]

@@ -1,0 +1,32 @@
+"""Our loader as a timed batch stream: the single-loader measurement of ``bench-loader``."""
+
+from __future__ import annotations
+
+from imagenet_shards.train.bench.timing import BatchStream, summarize, time_stream
+from imagenet_shards.train.loader import dataset as D
+from imagenet_shards.train.loader import decode as dec
+
+
+def our_stream(data: str, *, split: str = "train", workers: int = 1, batch_size: int = 64, decoder: str = "auto",
+               res: int = 224) -> tuple[BatchStream, D.ShardLoader]:
+    """``make_loader`` over ``data`` as an endless stream (next epoch after the last batch), and the loader.
+
+    Val crops (``split`` other than train) resize to ``res * 256 / 224`` and centre-crop ``res``."""
+    loader = D.make_loader(data, split, batch_size, workers=workers, res=res, decoder=decoder, val_crop=res,
+                           val_resize=max(res, round(res * 256 / 224)), persistent_workers=workers > 0)
+
+    def epochs(e):
+        loader.set_epoch(e)
+        return loader
+    return BatchStream(epochs), loader
+
+
+def measure_loader(data: str, *, split: str = "train", workers: int = 1, batches: int = 50, batch_size: int = 64,
+                   decoder: str = "auto", res: int = 224, warmup: int = 5, rounds: int = 1) -> dict:
+    """images/s of ``make_loader`` (train crops unless ``split`` is not train): the median of ``rounds``
+    (``images_per_s``), the best round (``images_per_s_best``) and images per CPU-second."""
+    stream, _ = our_stream(data, split=split, workers=workers, batch_size=batch_size, decoder=decoder, res=res)
+    out = summarize([time_stream(stream, batches=batches, warmup=warmup) for _ in range(rounds)])
+    out.update(workers=workers, batch_size=batch_size, decoder=dec.resolve_decoder(decoder), res=res, split=split,
+               images_per_s_per_worker=out["images_per_s"] / max(1, workers))
+    return out
