@@ -25,17 +25,30 @@ def machine_info() -> dict:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count()
-    from importlib import metadata
-    try:
-        pil = "pillow-simd " + metadata.version("pillow-simd")
-    except metadata.PackageNotFoundError:
-        import PIL
-        pil = "Pillow " + PIL.__version__
+    pil = pil_description()
     import torchvision
     turbo = dec._jpegcrop.LIBJPEG_TURBO_VERSION if dec._jpegcrop is not None else None
     return {"cpu": cpu, "cores_usable": cores, "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "torchvision": torchvision.__version__, "pil": pil,
             "jpegcrop_libjpeg_turbo": turbo}
+
+
+def pil_description() -> str:
+    """The PIL that imports (pillow-simd or Pillow, version) and the libjpeg-turbo it decodes with.
+
+    Asks the imported module, not the installed distributions: a Pillow wheel installed over
+    pillow-simd leaves pillow-simd's metadata behind while ``import PIL`` gets Pillow."""
+    from importlib import metadata
+
+    import PIL
+    from PIL import features
+    try:
+        simd = metadata.version("pillow-simd") == PIL.__version__
+    except metadata.PackageNotFoundError:
+        simd = False
+    turbo = features.version("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
+    return (f"{'pillow-simd' if simd else 'Pillow'} {PIL.__version__}"
+            + (f" (libjpeg-turbo {turbo})" if turbo else " (libjpeg, not turbo)"))
 
 
 def _fmt(v, spec):

@@ -129,3 +129,21 @@ def test_help_states_every_default_and_the_median(capsys):
         if action.option_strings and action.default not in (None, False, "==SUPPRESS=="):
             assert f"default {action.default}" in " ".join(action.help.split()), action.option_strings
     assert "default 1, or 3 with --compare" in text
+
+
+def test_bench_decoders_script_measures_or_says_why_not(bench_set, capsys):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[3] / "bench" / "bench_decoders.py"
+    spec = importlib.util.spec_from_file_location("bench_decoders", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([bench_set, "--images", "4", "--passes", "1", "--res", "32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cells = [row[d] for row in out["decoders"] for d in ("pil", "turbo", "tvio")]
+    cells += [row["ms"] for row in out["candidates"]["32"]]
+    assert len(out["decoders"]) == 4 and len(out["candidates"]["32"]) == 13
+    for cell in cells:
+        assert cell.startswith("not run: ") if isinstance(cell, str) else cell[0] > 0 and cell[1] > 0
+    assert not isinstance(out["decoders"][0]["pil"], str) and not isinstance(out["candidates"]["32"][0]["ms"], str)
+    assert script.main([bench_set + "/nope"]) == 2
