@@ -1,4 +1,4 @@
-"""The loaders a user would otherwise pick, built on the same JPEG bytes as ours for ``--compare``.
+"""The loaders a user would otherwise pick that run in our environment, on the same JPEG bytes as ours.
 
 Each one decodes to uint8 [B,3,res,res] with RandomResizedCrop + horizontal flip, using the same
 number of DataLoader worker processes and the same batch size as our loader.
@@ -75,18 +75,10 @@ def export_image_folder(shards: list[D.Shard], root: Path) -> int:
     return n
 
 
-def _importable(module: str) -> bool:
-    try:
-        __import__(module)
-        return True
-    except ImportError:
-        return False
-
-
-def baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, workers: int,
-              seed: int = 0) -> list[Baseline]:
-    """The baselines in table order: ImageFolder over ``folder`` (the images as files), the seed's
-    tarfile dataset and webdataset over the shard ``urls``, DALI's CPU pipeline and FFCV."""
+def baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, workers: int) -> list[Baseline]:
+    """The in-process baselines in table order: ImageFolder over ``folder`` (the images as files),
+    the seed's tarfile dataset and webdataset over the shard ``urls``. (DALI and FFCV run in their
+    own environments: ``peers.py``.)"""
     tf = pil_transform(res)
     local = all("://" not in u for u in urls)
 
@@ -107,51 +99,9 @@ def baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, worke
         loader = _dataloader(ds, batch_size=batch_size, workers=workers)
         return lambda e: loader
 
-    def dali():
-        from nvidia.dali import fn, pipeline_def, types
-
-        @pipeline_def(batch_size=batch_size, num_threads=max(1, workers), device_id=None, seed=seed)
-        def pipe():
-            jpegs, labels = fn.readers.file(file_root=str(folder), random_shuffle=True, name="reader")
-            images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
-                                                   random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
-            images = fn.resize(images, resize_x=res, resize_y=res)
-            images = fn.flip(images, horizontal=fn.random.coin_flip())
-            return fn.transpose(images, perm=[2, 0, 1]), labels
-        p = pipe()
-        p.build()
-        per_epoch = max(1, len(list(folder.rglob("*.JPEG"))) // batch_size)
-
-        def epochs(e):
-            for _ in range(per_epoch):
-                images, labels = p.run()
-                yield torch.from_numpy(images.as_array()), torch.from_numpy(labels.as_array())
-        return epochs
-
-    def ffcv_loader():
-        from ffcv.fields import IntField, RGBImageField
-        from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
-        from ffcv.loader import Loader, OrderOption
-        from ffcv.transforms import RandomHorizontalFlip, ToTensor, ToTorchImage
-        from ffcv.writer import DatasetWriter
-        from torchvision.datasets import ImageFolder
-        beton = folder.parent / "ffcv.beton"
-        DatasetWriter(str(beton), {"image": RGBImageField(write_mode="jpg", jpeg_quality=90), "label": IntField()},
-                      num_workers=max(1, workers)).from_indexed_dataset(ImageFolder(str(folder)))
-        loader = Loader(str(beton), batch_size=batch_size, num_workers=max(1, workers), order=OrderOption.RANDOM,
-                        drop_last=True, pipelines={
-                            "image": [RandomResizedCropRGBImageDecoder((res, res)), RandomHorizontalFlip(),
-                                      ToTensor(), ToTorchImage()],
-                            "label": [IntDecoder(), ToTensor()]})
-        return lambda e: ((x, y.view(-1)) for x, y in loader)
-
-    have_dali, have_ffcv = _importable("nvidia.dali"), _importable("ffcv")
     return [
         Baseline("torchvision ImageFolder + PIL", image_folder),
         Baseline("seed tarfile dataset + PIL", tarfile_ds if local else None,
                  "" if local else "not run: the tarfile dataset needs local shards"),
         Baseline("webdataset .decode('pil') + PIL", webdataset),
-        Baseline("DALI CPU pipeline", dali if have_dali else None,
-                 "" if have_dali else "not run: nvidia.dali is not installed"),
-        Baseline("FFCV", ffcv_loader if have_ffcv else None, "" if have_ffcv else "not run: ffcv is not installed"),
     ]

@@ -6,7 +6,8 @@ batch size; the first ``--warmup`` batches (worker start-up, buffer fill) are no
 whole run to N cores with ``taskset -c ...`` to get per-core numbers.
 
 The package: ``timing`` (a batch stream's wall clock and process-tree CPU time, the idle wait),
-``measure`` (our loader as a stream), ``baselines`` (the loaders users would otherwise pick),
+``measure`` (our loader as a stream), ``baselines`` (the loaders users would otherwise pick, in our
+environment), ``peers`` + ``peer_*`` (DALI and FFCV as subprocesses in their own environments),
 ``compare`` (turn-taking rounds, the table's rows), ``report`` (machine, text), this CLI.
 """
 
@@ -20,6 +21,7 @@ import torch
 
 from imagenet_shards.train.bench.compare import compare
 from imagenet_shards.train.bench.measure import measure_loader
+from imagenet_shards.train.bench.peers import PEERS_ENV
 from imagenet_shards.train.bench.report import machine_info, text_lines
 from imagenet_shards.train.loader import decode as dec
 
@@ -46,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run ImageFolder, the seed's tarfile dataset, webdataset, DALI and FFCV (train split), "
                         "and our loader with the pil decoder when --decoder is another one; a row that cannot "
                         "run says 'not run: <reason>'")
+    p.add_argument("--peers", metavar="DIR", default=None,
+                   help=f"with --compare: the folder shared/peers/setup.sh built, whose ffcv/ and dali/ environments "
+                        f"run the FFCV and DALI rows (default: ${PEERS_ENV}; neither: those rows are not run)")
     return p
 
 
@@ -57,6 +62,9 @@ def main(argv=None) -> int:
     if args.workers < 0 or args.batches < 1 or args.warmup < 1 or args.batch_size < 1 or args.rounds < 1:
         print("error: --workers must be >= 0, and --batches, --warmup, --batch-size, --rounds >= 1", file=sys.stderr)
         return 2
+    if args.peers and not args.compare:
+        print("error: --peers only matters with --compare", file=sys.stderr)
+        return 2
     if args.compare and args.split != "train":
         print("error: --compare measures train crops; leave out --split", file=sys.stderr)
         return 2
@@ -67,7 +75,7 @@ def main(argv=None) -> int:
                   res=args.res, warmup=args.warmup)
     try:
         if args.compare:
-            rows = compare(args.data, rounds=args.rounds, progress=say, **common)
+            rows = compare(args.data, rounds=args.rounds, peers=args.peers, progress=say, **common)
             result = {k: rows[0][k] for k in ("images_per_s", "images_per_s_best", "images_per_s_per_worker",
                                               "images_per_cpu_s")}
             result.update(workers=args.workers, batch_size=args.batch_size, res=args.res, split="train",

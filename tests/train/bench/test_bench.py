@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from tests.fixtures.loader import write_shard_set
 from imagenet_shards.train.bench import compare as C
+from imagenet_shards.train.bench import peers as P
 from imagenet_shards.train.bench import run as bench
 from imagenet_shards.train.bench.baselines import Baseline
 from imagenet_shards.train.bench.timing import summarize
@@ -17,8 +19,15 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:User
 # rows that run everywhere the project installs; DALI and FFCV run only where they are installed
 EXPECTED = ("imagenet-shards (", "imagenet-shards (pil)", "torchvision ImageFolder + PIL", "seed tarfile dataset + PIL",
             "webdataset .decode('pil') + PIL")
-OPTIONAL = ("DALI CPU pipeline", "FFCV")
+OPTIONAL = ("DALI CPU pipeline", "FFCV")  # peers: subprocesses in their own environments
 TINY = ["--batches", "2", "--warmup", "1", "--batch-size", "4", "--res", "16"]
+REAL_PEERS = os.environ.get(P.PEERS_ENV)  # read before the autouse fixture below hides it
+
+
+@pytest.fixture(autouse=True)
+def no_peers(monkeypatch):
+    """Tests do not pick up peer environments a developer built: each test names its own."""
+    monkeypatch.delenv(P.PEERS_ENV, raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +74,8 @@ def test_compare_every_expected_row_ran(bench_set, capsys):
     assert out["rounds"] == 3  # --help: 3 rounds with --compare
     _assert_rows(out["compare"])
     assert out["images_per_s"] == out["compare"][0]["images_per_s"]
+    for r in out["compare"][len(EXPECTED):]:
+        assert r["note"].startswith("not run: peers not found (pass --peers DIR or set IMAGENET_SHARDS_PEERS")
 
 
 @pytest.mark.slow
@@ -97,7 +108,7 @@ def test_a_baseline_that_breaks_says_not_run(bench_set, monkeypatch):
     assert by["absent"]["note"] == "not run: not installed"
     for name in ("broken", "dies", "absent"):
         assert all(by[name][k] is None for k in C.FIGURES)
-    assert rows[0]["images_per_s"] > 0 and len(rows) == 4
+    assert rows[0]["images_per_s"] > 0 and [r["name"] for r in rows[1:4]] == ["broken", "dies", "absent"]
 
 
 def test_comparison_rows_use_medians_and_leave_unrun_rows_empty():
@@ -147,3 +158,99 @@ def test_bench_decoders_script_measures_or_says_why_not(bench_set, capsys):
         assert cell.startswith("not run: ") if isinstance(cell, str) else cell[0] > 0 and cell[1] > 0
     assert not isinstance(out["decoders"][0]["pil"], str) and not isinstance(out["candidates"]["32"][0]["ms"], str)
     assert script.main([bench_set + "/nope"]) == 2
+
+
+# ----------------------------------------------------------------------------- peers (FFCV, DALI)
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_compare_runs_the_real_peers(bench_set, capsys):
+    if not REAL_PEERS:
+        pytest.skip(f"set {P.PEERS_ENV} to the folder shared/peers/setup.sh built")
+    out = _compare_json(bench_set, capsys, "--workers", "1", "--rounds", "2", "--peers", REAL_PEERS, *TINY)
+    _assert_rows(out["compare"])
+    for r in out["compare"][len(EXPECTED):]:
+        assert r["images_per_s"] > 0 and r["note"].startswith("1 thread(s)"), r
+
+
+def _fake_env(root, env: str):
+    """``root/env/bin/python``: this interpreter, as a peer environment would provide its own."""
+    import sys
+    python = root / env / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    os.chmod(python, 0o755)
+
+
+def _tiny_compare(data, **kw):
+    return C.compare(data, workers=0, batches=2, batch_size=4, res=16, warmup=1, rounds=2, also_decoders=(), **kw)
+
+
+def test_peer_rows_say_where_the_environments_are_missing(bench_set, tmp_path, monkeypatch):
+    rows = _tiny_compare(bench_set, peers=str(tmp_path / "absent"))
+    assert rows[-2]["note"].startswith(f"not run: peers not found at {tmp_path / 'absent'} (pass --peers DIR")
+    monkeypatch.setenv(P.PEERS_ENV, str(tmp_path))  # the environment variable is read when --peers is not given
+    rows = _tiny_compare(bench_set)
+    assert rows[-2]["note"] == (f"not run: no DALI CPU pipeline environment at {tmp_path / 'dali/bin/python'} "
+                                f"(shared/peers/setup.sh builds it)")
+    assert rows[-1]["note"].startswith("not run: no FFCV environment at")
+    assert all(r[k] is None for r in rows[-2:] for k in C.FIGURES)
+
+
+def test_peer_scripts_run_in_the_peer_environment_and_report_why_they_cannot_start(bench_set, tmp_path):
+    # the real peer scripts, run by an environment without ffcv or nvidia.dali
+    for env in ("ffcv", "dali"):
+        _fake_env(tmp_path, env)
+    rows = _tiny_compare(bench_set, peers=str(tmp_path))
+    by = {r["name"]: r for r in rows}
+    assert by["FFCV"]["note"] == "not run: FFCV failed to start: ModuleNotFoundError: No module named 'ffcv'"
+    assert by["DALI CPU pipeline"]["note"].startswith(
+        "not run: DALI CPU pipeline failed to start: ModuleNotFoundError: No module named 'nvidia")
+    assert all(by[n][k] is None for n in ("FFCV", "DALI CPU pipeline") for k in C.FIGURES)
+
+
+FAKE_PEER = """
+import os, sys
+sys.path.insert(0, {bench_dir!r})
+from peer_serve import serve
+
+def build(setup):
+    import numpy as np
+    assert os.path.isdir(setup["folder"]) and setup["res"] == 16
+    batch = (np.zeros((setup["batch_size"], 3, 16, 16), np.uint8), np.zeros(setup["batch_size"], np.int64))
+    served = []
+
+    def epochs(e):
+        for _ in range(3):
+            served.append(1)
+            if {dies} and len(served) > 3:  # dies in its second round
+                os._exit(3)
+            yield batch
+    return epochs, "fake note"
+
+serve(build)
+"""
+
+
+def test_peer_rows_carry_figures_timed_in_the_peer_and_the_peers_are_ended(bench_set, tmp_path, monkeypatch):
+    fakes = []
+    for name, dies in (("good", False), ("dies", True)):
+        script = tmp_path / f"peer_{name}.py"
+        script.write_text(FAKE_PEER.format(bench_dir=str(P.HERE), dies=dies))
+        _fake_env(tmp_path, name)
+        fakes.append(P.Peer(name, name, script))
+    monkeypatch.setattr(P, "PEERS", tuple(fakes))
+    started = []
+    real_start = P.start_peer
+    monkeypatch.setattr(P, "start_peer", lambda *a: started.append(real_start(*a)) or started[-1])
+    rows = _tiny_compare(bench_set, peers=str(tmp_path))
+    by = {r["name"]: r for r in rows}
+    assert by["good"]["images_per_s"] > 0 and by["good"]["speedup"] > 0 and by["good"]["note"] == "fake note"
+    assert by["dies"]["note"] == "not run: dies failed while timed: it exited with status 3"
+    assert all(by["dies"][k] is None for k in C.FIGURES)
+    assert len(started) == 2 and all(p.proc.poll() is not None for p in started)
+
+
+def test_peers_flag_needs_compare(bench_set, capsys):
+    assert bench.main([bench_set, "--peers", "/tmp"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --peers only matters with --compare"
