@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from peer_serve import serve
+if __package__:  # imported as part of the package (docs, tools)
+    from imagenet_shards.train.bench.peer_serve import serve
+else:  # run by the DALI environment's python: this folder is first on sys.path
+    from peer_serve import serve
 
 MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]

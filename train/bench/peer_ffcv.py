@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from peer_serve import serve
+if __package__:  # imported as part of the package (docs, tools)
+    from imagenet_shards.train.bench.peer_serve import serve
+else:  # run by the FFCV environment's python: this folder is first on sys.path
+    from peer_serve import serve
 
 
 def build(setup: dict):

@@ -18,7 +18,10 @@ import os
 import sys
 from typing import Callable, Iterable
 
-from timing import BatchStream, time_stream
+if __package__:  # imported as part of the package (docs, tools)
+    from imagenet_shards.train.bench.timing import BatchStream, time_stream
+else:  # a peer environment runs a sibling script: this folder is first on sys.path
+    from timing import BatchStream, time_stream
 
 
 def _error(e: BaseException) -> str:
