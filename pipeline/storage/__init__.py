@@ -3,7 +3,8 @@
 ``fs`` opens, lists and writes local paths and fsspec URLs (s3://, gs://, http(s)://, ...);
 ``retry`` classifies errors, retries transient ones and resumes reads at the byte where they
 stopped, and redacts credentials from every URL it shows; ``atomic`` writes local files so that a
-crash never leaves a half-written one under the final name; ``units`` reads and prints sizes.
+crash never leaves a half-written one under the final name; ``units`` reads and prints sizes;
+``forks`` keeps forked workers off their parent's connections (``fs`` installs it).
 Callers use this facade (``storage.open_url``); tests that replace internals patch ``fs``/``retry``.
 """
 
