@@ -30,8 +30,24 @@ class PrepareError(Exception):
     """The job cannot run as asked; the message is one actionable line."""
 
 
+def local_sources(**sources) -> dict:
+    """The source arguments as local paths (file:// URLs resolved); PrepareError for any other URL:
+    sources are read by offset, member by member, so they must be on a local (or mounted) disk."""
+    out = {}
+    for name, value in sources.items():
+        path = None if value is None else storage.local_path(value)
+        if value is not None and path is None:
+            flag = "--" + name.replace("_", "-")
+            raise PrepareError(f"{flag} takes a local path, got {storage.redact(value)}: copy the archives to a "
+                               "local or mounted disk first (only --out may be a URL)")
+        out[name] = path
+    return out
+
+
 def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None):
     """Index the sources of the requested splits; returns (indexes, class WNIDs sorted)."""
+    train, val, devkit, val_labels = local_sources(train=train, val=val, devkit=devkit,
+                                                   val_labels=val_labels).values()
     indexes = {}
     devkit_leaves = None
     if "train" in cfg.splits:

@@ -151,3 +151,25 @@ def test_bad_settings_exit_2_with_one_line_before_any_work(tmp_path, capsys, arg
     assert prepare_main(["--train", str(tmp_path / "missing.tar"), "--out", str(out), "--quiet"] + args) == 2
     assert message in one_error_line(capsys)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", ["--train", "--val", "--devkit", "--val-labels"])
+def test_a_url_as_a_source_is_refused_not_taken_for_a_local_path(synthetic_imagenet, tmp_path, capsys, flag):
+    args = sources(synthetic_imagenet)
+    if flag == "--val-labels":
+        args = args[:4] + ["--val-labels", "s3://bucket/LOC_val_solution.csv"]
+    else:
+        args[args.index(flag) + 1] = "s3://key:secret@bucket/archive"
+    out = tmp_path / "out"
+    assert prepare_main(args + ["--out", str(out), "--quiet"]) == 2
+    err = one_error_line(capsys)
+    assert f"{flag} takes a local path" in err and "secret" not in err
+    assert not out.exists()
+
+
+def test_file_urls_are_local_paths(synthetic_imagenet, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["--val", f"file://{synthetic_imagenet / 'ILSVRC2012_img_val.tar'}",
+            "--devkit", f"file://{synthetic_imagenet / 'ILSVRC2012_devkit_t12.tar.gz'}", "--splits", "val"]
+    assert prepare_main(args + ["--out", f"file://{out}", "--quiet"]) == 0
+    assert (out / "manifest.json").exists()
