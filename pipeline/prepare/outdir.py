@@ -34,7 +34,6 @@ from imagenet_shards.pipeline.storage.atomic import stale_temps
 STATE_DIR = "_prepare"
 STATE = f"{STATE_DIR}/state.json"
 RECORDS = f"{STATE_DIR}/records"
-READ_ONLY_PROTOCOLS = ("http", "https")  # fsspec can read them; there is no way to upload
 OUR_TOP_FILES = ("manifest.json", "_info.json", "*.wids.json")
 OUR_SHARDS = "imagenet1k-*.tar"
 
@@ -61,7 +60,7 @@ def open_outdir(out: str, *, staging: str | None = None, verify: bool = True):
     if staging is not None and storage.is_remote(staging):
         raise ValueError(f"--staging takes a local folder, got {storage.redact(staging)} (shards are built "
                          "there before upload; give a path on a local disk)")
-    if storage.protocol(out) in READ_ONLY_PROTOCOLS:
+    if not storage.can_write(out):
         raise ValueError(f"--out {storage.redact(out)} is read-only: {storage.protocol(out)}:// has no uploads; "
                          "give a local folder or a store you can write to (s3://, gs://, ...), then serve that")
     path = storage.local_path(out)

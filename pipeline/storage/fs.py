@@ -31,6 +31,7 @@ from imagenet_shards.pipeline.storage.retry import (RetryPolicy, RetryingReader,
                                                     named_error, redact, retry_policy, set_retry_policy)
 
 UNLISTABLE = ("http", "https")  # plain HTTP has no listing (an autoindex page is not one)
+READ_ONLY = ("http", "https")  # nor uploads: fsspec's HTTP backend can only read
 S3_PROTOCOLS = ("s3", "s3a")
 UPLOAD_PART_BYTES = 64 * 2**20  # S3 multipart part size we upload with (so we know its composite ETag)
 
@@ -56,6 +57,11 @@ def local_path(url) -> str | None:
 
 def is_remote(url) -> bool:
     return local_path(url) is None
+
+
+def can_write(url) -> bool:
+    """Whether the store behind `url` accepts writes (plain HTTP does not)."""
+    return protocol(url) not in READ_ONLY
 
 
 def can_list(url) -> bool:
@@ -355,8 +361,8 @@ def remove(url, recursive: bool = False) -> None:
     fs.invalidate_cache(p)
 
 
-__all__ = ["ObjectInfo", "RetryPolicy", "RetryingReader", "StorageError", "add_storage_option",
-           "apply_storage_options", "call", "can_list", "exists", "fs_for", "info", "is_remote", "is_transient",
+__all__ = ["ObjectInfo", "READ_ONLY", "RetryPolicy", "RetryingReader", "StorageError", "add_storage_option",
+           "apply_storage_options", "call", "can_list", "can_write", "exists", "fs_for", "info", "is_remote", "is_transient",
            "isdir", "join", "list_details", "listdir", "local_path", "makedirs", "multipart_etag", "named_error",
            "open_url", "options_snapshot", "parse_storage_options", "protocol", "put_file", "read_bytes", "redact",
            "remove", "restore_options", "retry_policy", "set_options", "set_retry_policy", "size",

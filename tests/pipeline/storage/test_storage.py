@@ -219,9 +219,11 @@ def test_http_missing_object_fails_fast_naming_the_redacted_url(blob_dir):
     assert "***@127.0.0.1" in msg and "not found" in msg
 
 
-def test_http_cannot_list():
+def test_http_cannot_list_nor_be_written():
     assert not storage.can_list("https://host/shards") and storage.can_list("s3://b/p")
     assert storage.can_list("/data/shards")
+    assert not storage.can_write("http://host/shards") and not storage.can_write("HTTPS://host/shards")
+    assert storage.can_write("s3://b/p") and storage.can_write("gs://b/p") and storage.can_write("/data/shards")
 
 
 # ----------------------------------------------------------------------------- S3 (moto)
