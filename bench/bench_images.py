@@ -24,8 +24,7 @@ import time
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image, resized_size  # noqa: E402
+from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image, resized_size
 
 TYPICAL_SIZES = [(500, 375), (375, 500), (500, 333), (400, 300), (500, 500), (333, 500)]
 

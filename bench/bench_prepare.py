@@ -25,13 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from PIL import Image
 
-from PIL import Image  # noqa: E402
-
-from imagenet_shards.pipeline.prepare.images import parse_resize  # noqa: E402
-from imagenet_shards.pipeline.prepare.run import Config, prepare  # noqa: E402
-from imagenet_shards.pipeline.tools.synthetic.generate import generate  # noqa: E402
+from imagenet_shards.pipeline.prepare.config import Config
+from imagenet_shards.pipeline.prepare.images import parse_resize
+from imagenet_shards.pipeline.prepare.run import prepare
+from imagenet_shards.pipeline.tools.synthetic.generate import generate
 
 
 def naive_reference(train_tar: Path, resize: str, quality: int = 90) -> tuple[int, float]:

@@ -1,4 +1,4 @@
-"""Object storage end to end, against real servers on 127.0.0.1 (storage_servers.py):
+"""Object storage end to end, against real servers on 127.0.0.1 (tests/fixtures/servers.py):
 prepare-shards -> moto S3 -> audit-shards -> the loader, the same over plain HTTP, interrupted
 uploads, injected faults, and no credentials anywhere they should not be."""
 
@@ -179,6 +179,29 @@ def test_kill_9_during_uploads_then_rerun_gives_the_clean_set(s3, archives, loca
     expect_same_set_on_s3(s3, "killed", local_shards)
     assert [p for p in (tmp_path / "stage").rglob("*") if p.is_file()] == []
     assert audit_main([out, "--quiet", "--workers", "1"]) == 0
+
+
+@pytest.mark.timeout(120)
+def test_staged_shards_follow_the_umask_before_upload(s3, archives, local_shards, tmp_path, monkeypatch):
+    """In the staging area of a URL OUT, every shard is 0644 under umask 022 when it is uploaded."""
+    import stat
+
+    real_put, modes = storage.put_file, {}
+
+    def recording_put(local, url):
+        modes[url] = stat.S_IMODE(os.stat(local).st_mode)
+        real_put(local, url)
+
+    monkeypatch.setattr(storage, "put_file", recording_put)
+    out = s3.url("modes")
+    old = os.umask(0o022)
+    try:
+        assert prepare_main(source_args(archives) + ["--out", out, "--workers", "1",
+                                                     "--staging", str(tmp_path / "stage")]) == 0
+    finally:
+        os.umask(old)
+    assert len(modes) == len(shard_entries(manifest_of(local_shards)))
+    assert {u: m for u, m in modes.items() if m != 0o644} == {}
 
 
 @pytest.mark.timeout(60)

@@ -35,7 +35,7 @@ def build_manifest(state: dict, records: dict[str, list[dict]]) -> dict:
     for split, split_state in sorted(state["splits"].items()):
         recs = sorted(records[split], key=lambda r: r["index"])
         split_rejected = list(split_state["plan_rejected"]) + [x for r in recs for x in r["rejected"]]
-        split_skipped = [x for r in recs for x in r["skipped"]]
+        split_skipped = list(split_state.get("plan_skipped", [])) + [x for r in recs for x in r["skipped"]]
         class_counts: Counter = Counter()
         for r in recs:
             class_counts.update(r["class_counts"])

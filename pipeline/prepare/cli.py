@@ -3,7 +3,7 @@
     prepare-shards --train ILSVRC2012_img_train.tar --val ILSVRC2012_img_val.tar \\
                    --devkit ILSVRC2012_devkit_t12.tar.gz --out /data/imagenet-shards
     prepare-shards ... --out s3://bucket/imagenet-shards   # any fsspec URL: staged locally, uploaded
-    prepare-shards finalize OUT      # only after multi-machine --part runs
+    prepare-shards finalize OUT      # assemble the manifest after multi-machine --part runs
 
 Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run.
 """
@@ -12,30 +12,39 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
+import textwrap
 
 from imagenet_shards.pipeline import storage
+
+_EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
+    "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
+    "tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or --val-labels) or an "
+    "ImageFolder tree. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
+    "Rerunning the same command resumes; see docs/prepare.md.",
+    "Several machines: run the same command with --part I/N on each (or let RANK/WORLD_SIZE or a Slurm array say "
+    "which part); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
+    "manifest.json, _info.json and the wids indexes once every part is done, e.g. when the last part ran "
+    "elsewhere or was interrupted (see `prepare-shards finalize --help`).",
+    "Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run."))
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prepare-shards", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=__doc__.split("\n\n")[0],
-        epilog="Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an "
-               "ImageFolder tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or "
-               "--val-labels) or an ImageFolder tree. Nothing is extracted. Labels = index of the WNID in sorted "
-               "order (torchvision/timm). Rerunning the same command resumes; see docs/prepare.md.")
+        description="\n\n".join(__doc__.split("\n\n")[:2]),
+        epilog=_EPILOG)
     src = p.add_argument_group("sources")
     src.add_argument("--train", metavar="SRC", help="train source")
     src.add_argument("--val", metavar="SRC", help="val source")
     src.add_argument("--devkit", metavar="TGZ", help="ILSVRC2012_devkit_t12.tar.gz (or its extracted folder): val labels")
     src.add_argument("--val-labels", metavar="CSV", help="Kaggle LOC_val_solution.csv: val labels")
     p.add_argument("--out", required=True, metavar="OUT",
-                   help="output directory, or a URL (s3://bucket/prefix, gs://..., any fsspec URL)")
+                   help="output directory, or a URL (s3://bucket/prefix, gs://..., any fsspec URL you can write "
+                        "to; http(s):// is read-only and refused)")
     p.add_argument("--staging", metavar="DIR",
-                   help="for a URL --out: local folder where shards are built before upload "
-                        "(default: a temp folder; needs about workers x shard size)")
+                   help="for a URL --out: local folder where shards are built before upload (local only: a URL "
+                        "is refused; default: a temp folder; needs about workers x shard size)")
     storage.add_storage_option(p)
     img = p.add_argument_group("images")
     img.add_argument("--resize", default="longer:500",
@@ -75,8 +84,8 @@ def build_finalize_parser() -> argparse.ArgumentParser:
     return p
 
 
-
 def format_summary(s: dict) -> str:
+    """The human-readable summary of a prepare or finalize run."""
     lines = []
     if s.get("complete"):
         lines.append(f"prepare-shards: {s['samples']:,} samples in {s['shards']} shards "
@@ -99,69 +108,47 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def _remove_if_no_shards(out: str) -> None:
-    """Leave no partial output behind a run that failed before building any shard."""
-    path = storage.local_path(out)
-    if path is None:  # a URL: remove the job state we may have written, never the prefix itself
-        try:
-            try:
-                done = storage.listdir(storage.join(out, "_prepare/records"))
-            except FileNotFoundError:
-                done = []
-            if not done:
-                storage.remove(storage.join(out, "_prepare"), recursive=True)
-        except OSError:
-            pass  # cannot reach the store: there is nothing we could have written either
-        return
-    records = os.path.join(path, "_prepare", "records")
-    if os.path.isdir(path) and not (os.path.isdir(records) and os.listdir(records)):
-        shutil.rmtree(path, ignore_errors=True)
+def one_line(error) -> str:
+    """An error message on one line, credentials redacted: library messages (tarfile's, for one) can
+    span several lines, and every error this command prints is one line."""
+    return " ".join(storage.redact(error).split())
 
 
-def _out_exists(out: str) -> bool:
-    path = storage.local_path(out)
-    if path is not None:
-        return os.path.exists(path)
-    return storage.exists(storage.join(out, "_prepare/state.json"))
+def _fail(error) -> int:
+    print(f"error: {one_line(error)}", file=sys.stderr)
+    return 2
 
 
 def main(argv=None) -> int:
-    from imagenet_shards.pipeline.prepare.run import Config, PrepareError, finalize, parse_part, prepare, _summarize
+    # imported here so that --help answers without loading the imaging stack
+    from imagenet_shards.pipeline.prepare.config import Config
+    from imagenet_shards.pipeline.prepare.run import PrepareError, finalize, parse_part, prepare, summarize
 
-    redact = storage.redact
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["finalize"]:
         args = build_finalize_parser().parse_args(argv[1:])
         try:
             storage.apply_storage_options(args.out, args.storage_option)
-            summary = {"out": redact(args.out), **_summarize(finalize(args.out))}
-        except (PrepareError, OSError) as e:
-            print(f"error: {redact(e)}", file=sys.stderr)
-            return 2
+            summary = {"out": storage.redact(args.out), **summarize(finalize(args.out))}
+        except (PrepareError, OSError, ValueError) as e:
+            return _fail(e)
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     args = build_parser().parse_args(argv)
-    splits = tuple(s for s in ("train", "val") if s in args.splits.split(","))
-    unknown = set(args.splits.split(",")) - {"train", "val"}
-    if unknown:
-        print(f"error: --splits takes train and/or val, got {args.splits}", file=sys.stderr)
-        return 2
-    config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
-                    exif_transpose=args.exif_transpose, splits=splits, shard_bytes=args.shard_bytes,
-                    shard_samples=None if args.shard_bytes else (args.shard_samples or 1000))
-    created = False
     try:
+        config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
+                        exif_transpose=args.exif_transpose,
+                        splits=tuple(s.strip() for s in args.splits.split(",") if s.strip()),
+                        shard_bytes=args.shard_bytes,
+                        shard_samples=None if args.shard_bytes else
+                        (1000 if args.shard_samples is None else args.shard_samples))
         storage.apply_storage_options(args.out, args.storage_option)
-        created = not _out_exists(args.out)
         summary = prepare(out=args.out, train=args.train, val=args.val, devkit=args.devkit,
                           val_labels=args.val_labels, config=config, workers=args.workers,
                           part=parse_part(args.part), overwrite=args.overwrite,
                           verify_existing=not args.no_verify, progress=not args.quiet, staging=args.staging)
-    except (PrepareError, OSError) as e:
-        if created:
-            _remove_if_no_shards(args.out)
-        print(f"error: {redact(e)}", file=sys.stderr)
-        return 2
+    except (PrepareError, OSError, ValueError) as e:  # ValueError: ConfigError, a bad --storage-option
+        return _fail(e)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     elif not args.quiet:

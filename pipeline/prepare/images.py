@@ -4,7 +4,8 @@
 PIL's DecompressionBombWarning inside `warnings.catch_warnings`, which is process-wide: use worker
 processes, as the writer does, not threads). It
 
-- detects the format from the content (signatures, then PIL's own identification), never the name;
+- detects the format from the content (signatures in `image_formats`, then PIL's own identification),
+  never the name;
 - validates by a full decode (PIL's default strictness: a cut file raises; `LOAD_TRUNCATED_IMAGES`
   must stay False, and we refuse to run if something in the process set it), plus one check PIL
   lacks: a JPEG whose scan data is not followed by an end-of-image marker is `truncated` (libjpeg
@@ -41,6 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
+from imagenet_shards.pipeline.prepare.image_formats import (JPEG_FAMILY, JpegHeader, failure_reason, jpeg_has_end,
+                                                            jpeg_header, sniff_format)
+
 # LANCZOS over BICUBIC+reducing_gap: after the DCT-domain draft the remaining factor is < 2, where
 # reducing_gap never engages and LANCZOS and BICUBIC cost and score the same (bench/bench_images.py:
 # ~20 ms per large JPEG, mean |diff| 0.61 to an ideal float resize, both); without draft,
@@ -50,7 +54,6 @@ _RESAMPLE = Image.Resampling.LANCZOS
 # Formats we let PIL identify: each has a signature check. Plugins that accept almost any
 # bytes (TGA, SPIDER, IM, PCD, ...) are left out, so junk is "not_an_image", not a "corrupt" TGA.
 _OPEN_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "PPM", "JPEG2000", "ICO")
-_JPEG_FAMILY = ("JPEG", "MPO")  # MPO = JPEG with extra frames; decoders read the first one
 
 _GRAY_MODES = ("1", "L", "LA", "La", "I", "F") + tuple(m for m in Image.MODES if m.startswith("I;16"))
 _PALETTE_MODES = ("P", "PA")
@@ -146,11 +149,11 @@ def process_image(data: bytes, policy: ImagePolicy) -> ImageResult:
                            "images would pass as valid. Leave it False (something imported set it).")
     if not data:
         return _rejected("empty", "zero bytes", None)
-    sniffed = _sniff_format(data)
+    sniffed = sniff_format(data)
     header, header_error = None, None
     if sniffed == "JPEG":
         try:
-            header = _jpeg_header(data)
+            header = jpeg_header(data)
         except ValueError as e:  # PIL may still read it; this only decides pass-through
             header_error = str(e)
 
@@ -170,13 +173,13 @@ def process_image(data: bytes, policy: ImagePolicy) -> ImageResult:
             detail = header_error or f"{sniffed} signature but PIL cannot read the header"
         else:
             detail = _describe(e)
-        return _rejected(_failure_reason(sniffed, data, header, detail), detail, sniffed)
+        return _rejected(failure_reason(sniffed, data, header, detail), detail, sniffed)
 
     with img:
         return _process_opened(img, data, header, policy)
 
 
-def _process_opened(img: Image.Image, data: bytes, header: _JpegHeader | None,
+def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
                     policy: ImagePolicy) -> ImageResult:
     fmt = img.format
     width, height = img.size
@@ -184,7 +187,7 @@ def _process_opened(img: Image.Image, data: bytes, header: _JpegHeader | None,
         return _rejected("too_many_pixels",
                          f"{width}x{height} = {width * height} pixels > max_pixels {policy.max_pixels}",
                          fmt, width, height)
-    is_jpeg = fmt in _JPEG_FAMILY
+    is_jpeg = fmt in JPEG_FAMILY
     orientation = _orientation(img) if policy.exif_transpose else 1
     swaps = orientation in (5, 6, 7, 8)
     upright = (height, width) if swaps else (width, height)
@@ -200,8 +203,8 @@ def _process_opened(img: Image.Image, data: bytes, header: _JpegHeader | None,
     try:
         img.load()
     except Exception as e:  # noqa: BLE001 - decoder errors are verdicts on the data
-        return _rejected(_failure_reason(fmt, data, header, str(e)), _describe(e), fmt, width, height)
-    if is_jpeg and not _jpeg_has_end(data, header):
+        return _rejected(failure_reason(fmt, data, header, str(e)), _describe(e), fmt, width, height)
+    if is_jpeg and not jpeg_has_end(data, header):
         return _rejected("truncated", "JPEG scan data is not followed by an end-of-image marker (cut file)",
                          fmt, width, height)
 
@@ -313,114 +316,3 @@ def _clean(detail: str) -> str:
     """Details go into the manifest, which must be byte-reproducible: no memory addresses."""
     detail = _OBJECT_REPR_RE.sub("<data>", detail)
     return detail if len(detail) <= _DETAIL_MAX else detail[: _DETAIL_MAX - 3] + "..."
-
-
-# --- format detection and completeness -----------------------------------------------------------
-
-def _sniff_format(data: bytes) -> str | None:
-    """Format from magic bytes, for the formats we expect; used to tell a damaged image from junk."""
-    if data[:3] == b"\xff\xd8\xff":
-        return "JPEG"
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "PNG"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "GIF"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WEBP"
-    if data[:4] in (b"II*\x00", b"MM\x00*"):
-        return "TIFF"
-    # "BM" alone is too weak (text starts with it); require a known DIB header size.
-    if data[:2] == b"BM" and int.from_bytes(data[14:18], "little") in (12, 40, 52, 56, 64, 108, 124):
-        return "BMP"
-    return None
-
-
-def _failure_reason(fmt: str | None, data: bytes, header: _JpegHeader | None, message: str) -> str:
-    """"truncated" when the decoder says so or the data lacks the format's end marker, else "corrupt"."""
-    if "truncated" in message.lower():
-        return "truncated"
-    if fmt in _JPEG_FAMILY:
-        return "corrupt" if _jpeg_has_end(data, header) else "truncated"
-    if fmt == "PNG":
-        return "corrupt" if data.rfind(b"IEND") != -1 else "truncated"
-    if fmt == "GIF":
-        return "corrupt" if data.rstrip(b"\x00").endswith(b";") else "truncated"
-    return "corrupt"
-
-
-def _jpeg_has_end(data: bytes, header: _JpegHeader | None) -> bool:
-    """True if an EOI marker follows the first scan. Entropy-coded data cannot contain FF D9
-    (FF is always stuffed), so this finds the real end, not one inside an EXIF thumbnail."""
-    start = header.sos_offset if header is not None else 2
-    return data.rfind(b"\xff\xd9", start) != -1
-
-
-@dataclass(frozen=True)
-class _JpegHeader:
-    sof: int  # the SOFn marker's second byte: 0xC0 baseline, 0xC1 extended, 0xC2 progressive, ...
-    precision: int
-    width: int
-    height: int
-    component_ids: tuple[int, ...]
-    jfif: bool
-    adobe_transform: int | None
-    sos_offset: int
-
-    def is_plain(self) -> bool:
-        """Baseline/extended/progressive Huffman, 8-bit, 3 components in YCbCr: safe to pass through."""
-        return (self.sof in (0xC0, 0xC1, 0xC2) and self.precision == 8
-                and len(self.component_ids) == 3 and self._color_space() == "YCbCr")
-
-    def _color_space(self) -> str:
-        # libjpeg's rule for 3-component files (jdapimin.c default_decompress_parms)
-        if self.jfif:
-            return "YCbCr"
-        if self.adobe_transform is not None:
-            return "RGB" if self.adobe_transform == 0 else "YCbCr"
-        return "RGB" if self.component_ids == (0x52, 0x47, 0x42) else "YCbCr"
-
-
-def _jpeg_header(data: bytes) -> _JpegHeader:
-    """Parse JPEG markers from SOI to the first SOS. ValueError says what is wrong or missing."""
-    cut_short = "JPEG data ends inside the header (no scan data)"
-    pos, n = 2, len(data)
-    frame = None  # (SOF marker, SOF segment)
-    jfif, adobe = False, None
-    while True:
-        if pos < n and data[pos] != 0xFF:
-            raise ValueError(f"JPEG header is damaged: no marker at byte {pos}")
-        while pos < n and data[pos] == 0xFF:  # marker prefix and fill bytes
-            pos += 1
-        if pos + 3 > n:
-            raise ValueError(cut_short)
-        marker = data[pos]
-        pos += 1
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # standalone markers carry no length
-            continue
-        if marker == 0xD9:
-            raise ValueError("JPEG ends (EOI) before any scan data")
-        length = int.from_bytes(data[pos:pos + 2], "big")
-        if length < 2:
-            raise ValueError(f"JPEG header is damaged: bad segment length at byte {pos}")
-        segment = data[pos + 2:pos + length]
-        if len(segment) < length - 2:
-            raise ValueError(cut_short)
-        if marker == 0xDA:
-            break
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and frame is None:
-            frame = marker, segment
-        elif marker == 0xE0 and segment.startswith(b"JFIF\x00"):
-            jfif = True
-        elif marker == 0xEE and segment.startswith(b"Adobe") and len(segment) >= 12:
-            adobe = segment[11]
-        pos += length
-    if frame is None:
-        raise ValueError("JPEG header is damaged: scan data before any frame header (SOF)")
-    sof, seg = frame
-    if len(seg) < 6 or len(seg) < 6 + 3 * seg[5]:
-        raise ValueError("JPEG header is damaged: short frame header (SOF)")
-    if seg[0] != 8:
-        raise ValueError(f"{seg[0]}-bit JPEG samples are not supported (8-bit only)")
-    ids = tuple(seg[6 + 3 * i] for i in range(seg[5]))
-    return _JpegHeader(sof, seg[0], int.from_bytes(seg[3:5], "big"), int.from_bytes(seg[1:3], "big"),
-                       ids, jfif, adobe, pos - 2)

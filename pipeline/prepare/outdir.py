@@ -9,7 +9,9 @@ and a record is written only after its shard is complete under its final name an
   says (size, and the ETag against the md5 we computed while writing), and deletes the staged copy.
   A rerun trusts a shard whose record, size and ETag agree with the listing (size alone where the
   store gives no ETag); everything else is rebuilt and uploaded again over whatever is there.
-prepare.py talks to either through the same few methods.
+run.py talks to either through the same few methods and never asks which kind it has: the
+local/remote difference lives here only. `open_outdir` refuses, before any work, an OUT that
+cannot be written (http(s):// is read-only) and a staging folder that is not local.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import dumps, write_json_atomic
-from imagenet_shards.pipeline.storage.atomic import stale_temps
+from imagenet_shards.pipeline.prepare.config import SPLITS
 from imagenet_shards.pipeline.prepare.plan import ShardSpec
 from imagenet_shards.pipeline.prepare.shards import build_shard, sha256_file
+from imagenet_shards.pipeline.storage.atomic import stale_temps
 
 STATE_DIR = "_prepare"
 STATE = f"{STATE_DIR}/state.json"
-SPLITS = ("train", "val")
+RECORDS = f"{STATE_DIR}/records"
 OUR_TOP_FILES = ("manifest.json", "_info.json", "*.wids.json")
 OUR_SHARDS = "imagenet1k-*.tar"
 
@@ -40,19 +43,31 @@ class UploadError(OSError):
 
 
 def record_rel(split: str, index: int) -> str:
-    return f"{STATE_DIR}/records/{split}-{index:06d}.json"
+    """Where the record of shard (split, index) lives, relative to OUT."""
+    return f"{RECORDS}/{split}-{index:06d}.json"
 
 
 def record_name(spec: ShardSpec) -> str:
+    """The file name of `spec`'s record."""
     return f"{spec.split}-{spec.index:06d}.json"
 
 
 def open_outdir(out: str, *, staging: str | None = None, verify: bool = True):
-    """LocalOut for a path or file:// URL, RemoteOut for anything else."""
+    """LocalOut for a path or file:// URL, RemoteOut for anything else. Nothing is touched yet.
+
+    ValueError (one line) for an OUT that cannot be written (http://, https://) and for a
+    `staging` that is a URL: both are refused before any work is done."""
+    if staging is not None and storage.is_remote(staging):
+        raise ValueError(f"--staging takes a local folder, got {storage.redact(staging)} (shards are built "
+                         "there before upload; give a path on a local disk)")
+    if not storage.can_write(out):
+        raise ValueError(f"--out {storage.redact(out)} is read-only: {storage.protocol(out)}:// has no uploads; "
+                         "give a local folder or a store you can write to (s3://, gs://, ...), then serve that")
     path = storage.local_path(out)
     if path is not None:
         return LocalOut(path)
-    return RemoteOut(str(out).rstrip("/"), staging=staging, verify=verify)
+    return RemoteOut(str(out).rstrip("/"), staging=storage.local_path(staging) if staging else None,
+                     verify=verify)
 
 
 @dataclass
@@ -60,7 +75,12 @@ class LocalOut:
     """OUT on a local (or network-mounted) file system: shards written in place, atomically."""
 
     root: str
-    remote = False
+    created: bool = False  # set by create(): this job made the folder (so a failed start may remove it)
+
+    @property
+    def where(self) -> str:
+        """OUT as messages show it."""
+        return self.root
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
@@ -83,14 +103,22 @@ class LocalOut:
     def write_json(self, rel: str, obj) -> None:
         write_json_atomic(self.path(rel), obj)
 
-    def exists(self, rel: str = "") -> bool:
-        return os.path.exists(self.path(rel) if rel else self.root)
-
     def has_foreign_splits(self) -> bool:
         return os.path.isdir(self.root) and any(os.path.exists(self.path(s)) for s in SPLITS)
 
     def create(self) -> None:
-        os.makedirs(self.path(f"{STATE_DIR}/records"), exist_ok=True)
+        """Make OUT and its job-state folders (noting whether OUT is new)."""
+        self.created = not os.path.exists(self.root)
+        os.makedirs(self.path(RECORDS), exist_ok=True)
+
+    def discard_if_unused(self) -> None:
+        """After a failed start: remove OUT if this job created it and no shard was recorded in it
+        (best effort: it must not hide the error that brought us here)."""
+        try:
+            if self.created and not self.record_names():
+                shutil.rmtree(self.root, ignore_errors=True)
+        except OSError:
+            pass
 
     def remove_ours(self) -> None:
         found = [self.path(STATE_DIR)] + [p for pat in OUR_TOP_FILES for p in glob.glob(self.path(pat))]
@@ -105,7 +133,7 @@ class LocalOut:
 
     def record_names(self) -> set[str]:
         try:
-            return {n for n in os.listdir(self.path(f"{STATE_DIR}/records")) if n.endswith(".json")}
+            return {n for n in os.listdir(self.path(RECORDS)) if n.endswith(".json")}
         except FileNotFoundError:
             return set()
 
@@ -157,10 +185,15 @@ class RemoteOut:
     staging: str | None = None
     verify: bool = True
     options: dict = field(default_factory=storage.options_snapshot)  # for workers that are spawned
-    remote = True
+    created: bool = False  # set by create(): this job wrote the first job state under the prefix
 
     def __post_init__(self):
         self._own_staging = self.staging is None
+
+    @property
+    def where(self) -> str:
+        """OUT as messages show it (credentials redacted)."""
+        return storage.redact(self.url)
 
     def start_staging(self) -> None:
         """Create the staging folder (before the workers start; they build into it)."""
@@ -199,16 +232,27 @@ class RemoteOut:
     def write_json(self, rel: str, obj) -> None:
         storage.write_bytes(self.path(rel), dumps(obj).encode())
 
-    def exists(self, rel: str = "") -> bool:
-        return storage.exists(self.path(rel) if rel else self.url)
-
     def has_foreign_splits(self) -> bool:
         return any(storage.exists(self.path(s)) for s in SPLITS)
 
     def create(self) -> None:
-        storage.makedirs(self.path(f"{STATE_DIR}/records"))
+        """Make OUT's folders where the store has folders (noting whether the job state is new)."""
+        self.created = not storage.exists(self.path(STATE))
+        storage.makedirs(self.path(RECORDS))
         for split in SPLITS:
             storage.makedirs(self.path(split))
+
+    def discard_if_unused(self) -> None:
+        """After a failed start: remove the job state this job wrote if no shard was recorded; never
+        the prefix itself, which may hold other data. Best effort: an unreachable store holds nothing
+        of ours either."""
+        if not self.created:
+            return
+        try:
+            if not self.record_names():
+                storage.remove(self.path(STATE_DIR), recursive=True)
+        except OSError:
+            pass
 
     def _listing(self, rel: str) -> dict:
         try:
@@ -227,7 +271,7 @@ class RemoteOut:
                     storage.remove(self.path(f"{split}/{name}"))
 
     def record_names(self) -> set[str]:
-        return {n for n in self._listing(f"{STATE_DIR}/records") if n.endswith(".json")}
+        return {n for n in self._listing(RECORDS) if n.endswith(".json")}
 
     def load_records(self, specs: list[ShardSpec], verify: bool) -> dict:
         """{(split, index): record} of the specs whose record exists and whose object has the recorded

@@ -12,64 +12,42 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
 
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.format.classes import wnid_names
-from imagenet_shards.pipeline.prepare.images import ImagePolicy, parse_resize
-from imagenet_shards.pipeline.format.manifest import build_manifest, dumps, write_outputs
-from imagenet_shards.pipeline.prepare.outdir import SPLITS, STATE, open_outdir, record_name, record_rel
-from imagenet_shards.pipeline.prepare.plan import ShardSpec, part_of, plan_split
-from imagenet_shards.pipeline.prepare.sources import (SourceError, index_train, index_val, val_labels_from_devkit,
-                      val_labels_from_kaggle_csv)
+from imagenet_shards.pipeline.format.manifest import build_manifest, write_outputs
+from imagenet_shards.pipeline.parallel import run_jobs
+from imagenet_shards.pipeline.prepare.config import SPLITS, Config
+from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
+from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_split
+from imagenet_shards.pipeline.prepare.sources import (SourceError, SourceIndex, index_train, index_val,
+                                                      val_labels_from_devkit, val_labels_from_kaggle_csv)
 
 
 class PrepareError(Exception):
     """The job cannot run as asked; the message is one actionable line."""
 
 
-@dataclass(frozen=True)
-class Config:
-    """Everything that decides the output bytes (workers and --part do not)."""
-
-    resize: str = "longer:500"
-    quality: int = 90
-    shard_samples: int | None = 1000
-    shard_bytes: int | None = None
-    seed: int = 0
-    max_pixels: int = 89_478_485
-    exif_transpose: bool = False
-    splits: tuple[str, ...] = SPLITS
-
-    def policy(self) -> ImagePolicy:
-        return ImagePolicy(resize=self.resize, quality=self.quality, max_pixels=self.max_pixels,
-                           exif_transpose=self.exif_transpose)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["splits"] = list(self.splits)
-        return d
-
-
-def _check_config(cfg: Config) -> None:
-    try:
-        parse_resize(cfg.resize)
-    except ValueError as e:
-        raise PrepareError(str(e)) from None
-    if not 1 <= cfg.quality <= 100:
-        raise PrepareError(f"--quality must be 1..100, got {cfg.quality}")
-    if bool(cfg.shard_samples) == bool(cfg.shard_bytes):
-        raise PrepareError("give exactly one of --shard-samples and --shard-bytes")
-    bad = [s for s in cfg.splits if s not in SPLITS]
-    if bad or not cfg.splits:
-        raise PrepareError(f"--splits takes train and/or val, got {','.join(cfg.splits) or 'nothing'}")
+def local_sources(**sources) -> dict:
+    """The source arguments as local paths (file:// URLs resolved); PrepareError for any other URL:
+    sources are read by offset, member by member, so they must be on a local (or mounted) disk."""
+    out = {}
+    for name, value in sources.items():
+        path = None if value is None else storage.local_path(value)
+        if value is not None and path is None:
+            flag = "--" + name.replace("_", "-")
+            raise PrepareError(f"{flag} takes a local path, got {storage.redact(value)}: copy the archives to a "
+                               "local or mounted disk first (only --out may be a URL)")
+        out[name] = path
+    return out
 
 
 def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None):
     """Index the sources of the requested splits; returns (indexes, class WNIDs sorted)."""
+    train, val, devkit, val_labels = local_sources(train=train, val=val, devkit=devkit,
+                                                   val_labels=val_labels).values()
     indexes = {}
     devkit_leaves = None
     if "train" in cfg.splits:
@@ -116,30 +94,66 @@ def _class_table(classes: list[str]) -> list[dict]:
     return [{"index": i, "wnid": w, "name": names.get(w, w)} for i, w in enumerate(classes)]
 
 
+def _show(value) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    return "unset" if value is None else str(value)
+
+
+def _show_source(src: dict | None) -> str:
+    if src is None:
+        return "none"
+    return f"{src['name']} ({src['kind']}, {src['members']:,} members, {src['fingerprint'][:25]}…)"
+
+
+def state_differences(old: dict, new: dict) -> list[str]:
+    """What makes job state `old` (found in OUT) differ from `new` (asked for), as
+    "field: OLD (existing) vs NEW (asked)" lines: config fields, then sources, then classes. The
+    per-split plan is derived from those; it is named only when nothing else differs."""
+    out = []
+    oc, nc = old.get("config") or {}, new.get("config") or {}
+    for k in sorted(set(oc) | set(nc)):
+        if oc.get(k) != nc.get(k):
+            out.append(f"{k}: {_show(oc.get(k))} (existing) vs {_show(nc.get(k))} (asked)")
+    osrc = {s.get("split"): s for s in old.get("sources") or []}
+    nsrc = {s.get("split"): s for s in new.get("sources") or []}
+    for split in sorted(set(osrc) | set(nsrc), key=str):
+        if osrc.get(split) != nsrc.get(split):
+            out.append(f"{split} source: {_show_source(osrc.get(split))} (existing) vs "
+                       f"{_show_source(nsrc.get(split))} (asked)")
+    ocls, ncls = old.get("classes") or [], new.get("classes") or []
+    if ocls != ncls:
+        changed = sorted({c.get("wnid") for c in ocls} ^ {c.get("wnid") for c in ncls})
+        out.append(f"classes: {len(ocls)} (existing) vs {len(ncls)} (asked)"
+                   + (f", differing in {', '.join(changed[:3])}{'…' if len(changed) > 3 else ''}" if changed else ""))
+    if not out:
+        out += [f"{k}: the recorded job differs" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return out
+
+
 def _open_out(out, state: dict, overwrite: bool) -> None:
     """Create OUT (or check it belongs to this exact job), refusing a different config unless overwrite."""
-    where = storage.redact(out.root if not out.remote else out.url)
     try:
         old = out.read_json(STATE)
     except (FileNotFoundError, NotADirectoryError):
         old = None
     except (OSError, ValueError) as e:
-        raise PrepareError(f"cannot read {where}/{STATE}: {e}") from None
+        raise PrepareError(f"cannot read {out.where}/{STATE}: {storage.redact(e)}") from None
     try:
         if old is not None and old != state:
             if not overwrite:
-                changed = sorted(k for k in set(old) | set(state) if old.get(k) != state.get(k))
-                raise PrepareError(f"{where} holds shards from a different run ({', '.join(changed)} differ); "
+                raise PrepareError(f"{out.where} holds shards from a different run "
+                                   f"({'; '.join(state_differences(old, state))}); "
                                    "use a new --out, or --overwrite to replace them")
             out.remove_ours()
         elif old is None and out.has_foreign_splits() and not overwrite:
-            raise PrepareError(f"{where} already has train/ or val/ folders that this tool did not write; "
+            raise PrepareError(f"{out.where} already has train/ or val/ folders that this tool did not write; "
                                "use an empty --out or --overwrite")
         out.create()
         if old != state:
             out.write_json(STATE, state)
     except OSError as e:
-        raise PrepareError(f"cannot write to {where}: {e.strerror or storage.redact(e)}") from None
+        raise PrepareError(f"cannot write to {out.where}: {e.strerror or storage.redact(e)}") from None
 
 
 def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
@@ -161,24 +175,56 @@ def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
     return i, n
 
 
-def _plan_rejects(p) -> list[dict]:
-    """Members rejected before any image is read: duplicate keys and unlabeled val images."""
+def _entry(split: str, key: str, source: str, reason: str, detail: str) -> dict:
+    return {"split": split, "key": key, "source": source, "reason": reason, "detail": detail}
+
+
+def _split_state(idx: SourceIndex, p: SplitPlan) -> dict:
+    """The part of the job state that describes one split before any image is read: its number of
+    shards, every input (members, and what indexing set aside) and the inputs already rejected or
+    skipped: duplicate keys, unlabeled val images, unsafe keys, non-regular archive members."""
     why = {"duplicate_key": "another member has the same key; the first in key/source order was kept",
            "no_label": "the val labels file has no entry for this image"}
     rows = [(m, "duplicate_key") for m in p.duplicates] + [(m, "no_label") for m in p.unlabeled]
-    return sorted(({"split": p.split, "key": m.key, "source": m.source, "reason": r, "detail": why[r]}
-                   for m, r in rows), key=lambda x: (x["key"], x["source"]))
+    rejected = [_entry(p.split, m.key, m.source, r, why[r]) for m, r in rows]
+    skipped = []
+    for u in idx.unusable:
+        (skipped if u.status == "skipped" else rejected).append(_entry(p.split, u.key, u.source, u.reason, u.detail))
+    order = lambda x: (x["key"], x["source"])  # noqa: E731
+    state = {"num_shards": len(p.shards), "images_in": p.images_in + len(idx.unusable),
+             "plan_rejected": sorted(rejected, key=order)}
+    if skipped:  # only when there are some: job states of earlier runs (which had none) stay equal
+        state["plan_skipped"] = sorted(skipped, key=order)
+    return state
 
 
 def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, config: Config = Config(),
             workers: int | None = None, part: tuple[int, int] = (0, 1), overwrite: bool = False,
             verify_existing: bool = True, progress: bool = True, staging: str | None = None) -> dict:
-    """Run (or resume) the offline job; returns the summary dict. Raises PrepareError/SourceError on bad input.
+    """Run (or resume) the offline job; returns the summary dict. Raises PrepareError on bad input
+    (one line), before any work where it can: an OUT that cannot be written, a staging URL.
 
-    `out`: a local folder or an fsspec URL; for a URL, shards are built in `staging` (default a
-    temp folder, removed at the end) and uploaded from there."""
+    `out`: a local folder or an fsspec URL; for a URL, shards are built in `staging` (a local
+    folder; default a temp folder, removed at the end) and uploaded from there. If the job fails
+    before any shard is recorded, an OUT it created is removed again."""
     t0 = time.monotonic()
-    _check_config(config)
+    try:
+        outdir = open_outdir(out, staging=staging, verify=verify_existing)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    try:
+        return _run(outdir, t0, out=out, train=train, val=val, devkit=devkit, val_labels=val_labels,
+                    config=config, workers=workers, part=part, overwrite=overwrite,
+                    verify_existing=verify_existing, progress=progress)
+    except (PrepareError, OSError):
+        outdir.discard_if_unused()
+        raise
+    finally:
+        outdir.close()
+
+
+def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, config: Config, workers, part, overwrite,
+         verify_existing, progress) -> dict:
     try:
         indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels)
     except SourceError as e:
@@ -191,24 +237,19 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, con
         "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
                      "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
         "classes": _class_table(classes),
-        "splits": {s: {"num_shards": len(p.shards), "images_in": p.images_in, "plan_rejected": _plan_rejects(p)}
-                   for s, p in plans.items()},
+        "splits": {s: _split_state(indexes[s], p) for s, p in plans.items()},
     }
-    outdir = open_outdir(out, staging=staging, verify=verify_existing)
+    _open_out(outdir, state, overwrite)
+    all_specs = [spec for s in config.splits for spec in plans[s].shards]
+    mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
     try:
-        _open_out(outdir, state, overwrite)
-        all_specs = [spec for s in config.splits for spec in plans[s].shards]
-        mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
-        try:
-            records = outdir.load_records(mine, verify_existing)
-        except OSError as e:
-            raise PrepareError(f"cannot check what {storage.redact(out)} already holds: {e}") from None
-        pending = [spec for spec in mine if (spec.split, spec.index) not in records]
-        outdir.clean_stale(pending)  # temp files left by a killed run
-        done_images = _build(outdir, pending, config, workers, records, progress)
-        done = outdir.record_names()
-    finally:
-        outdir.close()
+        records = outdir.load_records(mine, verify_existing)
+    except OSError as e:
+        raise PrepareError(f"cannot check what {outdir.where} already holds: {storage.redact(e)}") from None
+    pending = [spec for spec in mine if (spec.split, spec.index) not in records]
+    outdir.clean_stale(pending)  # temp files left by a killed run
+    done_images = _build(outdir, pending, config, workers, records, progress)
+    done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
     summary = {"out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
@@ -217,7 +258,7 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, con
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
     if not missing:
         manifest = finalize(out)
-        summary.update(_summarize(manifest))
+        summary.update(summarize(manifest))
     else:
         summary.update({"complete": False, "shards_missing": len(missing),
                         "parts_missing": sorted({n % part[1] for n in missing})})
@@ -253,7 +294,10 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, r
 
 def finalize(out: str) -> dict:
     """Assemble manifest.json, _info.json and the wids indexes once every shard has its record."""
-    outdir = open_outdir(out)
+    try:
+        outdir = open_outdir(out)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
     try:
         try:
             state = outdir.read_json(STATE)
@@ -282,7 +326,8 @@ def finalize(out: str) -> dict:
         raise PrepareError(f"cannot finalize {storage.redact(out)}: {storage.redact(e)}") from None
 
 
-def _summarize(manifest: dict) -> dict:
+def summarize(manifest: dict) -> dict:
+    """The summary numbers of a finished job (what the CLI prints), from its manifest."""
     t = manifest["totals"]
     return {"complete": True, "samples": t["samples"], "shards": t["shards"], "bytes": t["bytes"],
             "images_in": t["images_in"],
@@ -293,4 +338,4 @@ def _summarize(manifest: dict) -> dict:
                        for s, v in manifest["splits"].items()}}
 
 
-__all__ = ["Config", "PrepareError", "finalize", "parse_part", "prepare", "dumps"]
+__all__ = ["Config", "PrepareError", "finalize", "parse_part", "prepare", "state_differences", "summarize"]

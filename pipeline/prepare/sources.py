@@ -6,6 +6,13 @@ directory (labels from the devkit or Kaggle's ``LOC_val_solution.csv``), or an I
 
 Tars are indexed by reading headers only: outer and inner tars are uncompressed, so every member has
 a byte offset and size inside the original file and is later read with one seek + read.
+
+Every input is accounted for: a member that cannot become a sample is not dropped but listed in
+`SourceIndex.unusable` with a reason, and ends up in the manifest: `not_a_regular_file` (skipped:
+symlinks, hard links, devices, fifos in an archive; entries of a source folder that are neither a
+file nor a folder, e.g. a broken symlink) and `unsafe_key` (rejected: a name whose key holds a
+control character, '/' or '..', which would make a shard member name that tools cannot handle).
+Directories are containers, not inputs, and are not listed.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ import io
 import os
 import re
 import tarfile
-from dataclasses import dataclass
+import unicodedata
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 WNID_RE = re.compile(r"^n\d{8}$")
@@ -40,6 +49,25 @@ class Member:
     source: str  # human-readable location, e.g. "n01440764.tar/n01440764_10026.JPEG"
 
 
+@dataclass(frozen=True)
+class Unusable:
+    """A member found while indexing that cannot become a sample; recorded in the manifest."""
+
+    key: str
+    source: str
+    reason: str  # NOT_REGULAR (skipped) or UNSAFE_KEY (rejected)
+    detail: str
+
+    @property
+    def status(self) -> str:
+        """Where the manifest lists it: "skipped" (not an image file at all) or "rejected"."""
+        return "skipped" if self.reason == NOT_REGULAR else "rejected"
+
+
+NOT_REGULAR = "not_a_regular_file"
+UNSAFE_KEY = "unsafe_key"
+
+
 @dataclass
 class SourceIndex:
     split: str
@@ -47,6 +75,7 @@ class SourceIndex:
     name: str
     bytes: int
     members: list[Member]
+    unusable: list[Unusable] = field(default_factory=list)  # in source order; not in the fingerprint
 
     def fingerprint(self) -> str:
         """sha256 over (source location, size) of every member, in archive order."""
@@ -61,6 +90,61 @@ def key_for(filename: str) -> str:
     stem = os.path.basename(filename)
     stem = stem.rsplit(".", 1)[0] if "." in stem[1:] else stem
     return stem.replace(".", "_")
+
+
+def unsafe_key(key: str) -> str | None:
+    """Why `key` cannot name a sample (None if it can): empty, a control character, '/' or '..'."""
+    if not key:
+        return "the key is empty"
+    bad = next((c for c in key if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        return f"the name holds a control character (U+{ord(bad):04X})"
+    if "/" in key:
+        return "the key holds '/'"
+    if ".." in key:
+        return "the key holds '..'"
+    return None
+
+
+def _not_regular(ti: tarfile.TarInfo) -> str:
+    if ti.issym():
+        return f"symbolic link to {ti.linkname}"
+    if ti.islnk():
+        return f"hard link to {ti.linkname}"
+    kinds = {tarfile.CHRTYPE: "character device", tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "fifo"}
+    return kinds.get(ti.type, f"tar member of type {ti.type!r}") + " (only regular files are read)"
+
+
+def _usable_tar_members(tar: tarfile.TarFile, what: str, where: str, unusable: list[Unusable], *,
+                        check_keys: bool = True):
+    """(member, key) of each regular file of `tar` whose key is safe. Other members, but directories,
+    go to `unusable` (their source is `where` + the member name)."""
+    for ti in _tar_members(tar, what):
+        if ti.isdir():
+            continue
+        key = key_for(os.path.basename(ti.name))
+        if not ti.isfile():
+            unusable.append(Unusable(key, f"{where}{ti.name}", NOT_REGULAR, _not_regular(ti)))
+        elif check_keys and (why := unsafe_key(key)) is not None:
+            unusable.append(Unusable(key, f"{where}{ti.name}", UNSAFE_KEY, why))
+        else:
+            yield ti, key
+
+
+def _usable_files(folder: Path, unusable: list[Unusable], where: str = ""):
+    """(path, key) of each file directly in `folder` (sorted) whose key is safe; entries that are
+    neither a file nor a folder (a broken symlink, a fifo) and unsafe names go to `unusable`."""
+    for f in sorted(folder.iterdir()):
+        if f.is_dir():
+            continue
+        key = key_for(f.name)
+        if not f.is_file():
+            unusable.append(Unusable(key, f"{where}{f.name}", NOT_REGULAR,
+                                     "broken symbolic link" if f.is_symlink() else "not a regular file"))
+        elif (why := unsafe_key(key)) is not None:
+            unusable.append(Unusable(key, f"{where}{f.name}", UNSAFE_KEY, why))
+        else:
+            yield f, key
 
 
 class _Window(io.RawIOBase):
@@ -116,14 +200,13 @@ def _tar_members(tar: tarfile.TarFile, what: str):
         raise SourceError(f"{what} is damaged: {e} (re-download it or check its md5)") from None
 
 
-def _index_inner_tar(f, path: str, start: int, size: int, wnid: str, inner_name: str) -> list[Member]:
+def _index_inner_tar(f, path: str, start: int, size: int, wnid: str, inner_name: str,
+                     unusable: list[Unusable]) -> list[Member]:
     out = []
     inner = _open_tar(_Window(f, start, size), f"inner archive {inner_name}")
-    for ti in _tar_members(inner, f"inner archive {inner_name}"):
-        if not ti.isfile():
-            continue
+    for ti, key in _usable_tar_members(inner, f"inner archive {inner_name}", f"{inner_name}/", unusable):
         name = os.path.basename(ti.name)
-        out.append(Member(key_for(name), name, wnid, path, start + ti.offset_data, ti.size, f"{inner_name}/{ti.name}"))
+        out.append(Member(key, name, wnid, path, start + ti.offset_data, ti.size, f"{inner_name}/{ti.name}"))
     return out
 
 
@@ -133,26 +216,26 @@ def index_train(src: str | os.PathLike) -> SourceIndex:
     if not p.exists():
         raise SourceError(f"train source {p} does not exist")
     if p.is_file():
-        members = []
+        members, unusable = [], []
         with _open_source(p, "train") as f:
-            for ti in _tar_members(_open_tar(f, f"train archive {p.name}"), f"train archive {p.name}"):
-                if not ti.isfile():
-                    continue
+            what = f"train archive {p.name}"
+            for ti, _ in _usable_tar_members(_open_tar(f, what), what, "", unusable, check_keys=False):
                 name = os.path.basename(ti.name)
                 wnid = name[:-4] if name.endswith(".tar") else None
                 if wnid is None or not WNID_RE.match(wnid):
                     raise SourceError(
                         f"train archive {p.name} holds {ti.name!r}; expected per-class tars named nXXXXXXXX.tar "
                         "(the original ILSVRC2012_img_train.tar layout)")
-                members += _index_inner_tar(f, str(p), ti.offset_data, ti.size, wnid, name)
-        return SourceIndex("train", "tar-of-tars", p.name, p.stat().st_size, members)
+                members += _index_inner_tar(f, str(p), ti.offset_data, ti.size, wnid, name, unusable)
+        return SourceIndex("train", "tar-of-tars", p.name, p.stat().st_size, members, unusable)
     class_tars = sorted(c for c in p.iterdir() if c.is_file() and c.suffix == ".tar" and WNID_RE.match(c.stem))
     if class_tars:
-        members = []
+        members, unusable = [], []
         for c in class_tars:
             with open(c, "rb") as f:
-                members += _index_inner_tar(f, str(c), 0, c.stat().st_size, c.stem, c.name)
-        return SourceIndex("train", "class-tars", p.name, sum(c.stat().st_size for c in class_tars), members)
+                members += _index_inner_tar(f, str(c), 0, c.stat().st_size, c.stem, c.name, unusable)
+        return SourceIndex("train", "class-tars", p.name, sum(c.stat().st_size for c in class_tars), members,
+                           unusable)
     return _index_imagefolder(p, "train")
 
 
@@ -161,14 +244,13 @@ def _index_imagefolder(p: Path, split: str) -> SourceIndex:
     if not class_dirs:
         raise SourceError(
             f"{split} source {p} is neither a tar nor a directory of nXXXXXXXX.tar or nXXXXXXXX/ class folders")
-    members, total = [], 0
+    members, unusable, total = [], [], 0
     for d in class_dirs:
-        for f in sorted(d.iterdir()):
-            if f.is_file():
-                size = f.stat().st_size
-                total += size
-                members.append(Member(key_for(f.name), f.name, d.name, str(f), 0, size, f"{d.name}/{f.name}"))
-    return SourceIndex(split, "imagefolder", p.name, total, members)
+        for f, key in _usable_files(d, unusable, f"{d.name}/"):
+            size = f.stat().st_size
+            total += size
+            members.append(Member(key, f.name, d.name, str(f), 0, size, f"{d.name}/{f.name}"))
+    return SourceIndex(split, "imagefolder", p.name, total, members, unusable)
 
 
 def index_val(src: str | os.PathLike, labels: dict[str, str] | None) -> SourceIndex:
@@ -178,24 +260,21 @@ def index_val(src: str | os.PathLike, labels: dict[str, str] | None) -> SourceIn
         raise SourceError(f"val source {p} does not exist")
     if p.is_dir() and any(d.is_dir() and WNID_RE.match(d.name) for d in p.iterdir()):
         return _index_imagefolder(p, "val")
-    raw = []  # (filename, path, offset, size, source)
+    raw, unusable = [], []  # raw: (key, filename, path, offset, size, source)
     if p.is_file():
         with _open_source(p, "val") as f:
-            for ti in _tar_members(_open_tar(f, f"val archive {p.name}"), f"val archive {p.name}"):
-                if ti.isfile():
-                    raw.append((os.path.basename(ti.name), str(p), ti.offset_data, ti.size, ti.name))
+            what = f"val archive {p.name}"
+            for ti, key in _usable_tar_members(_open_tar(f, what), what, "", unusable):
+                raw.append((key, os.path.basename(ti.name), str(p), ti.offset_data, ti.size, ti.name))
         kind, total = "flat-tar", p.stat().st_size
     else:
-        files = sorted(f for f in p.iterdir() if f.is_file())
-        raw = [(f.name, str(f), 0, f.stat().st_size, f.name) for f in files]
-        kind, total = "flat-dir", sum(r[3] for r in raw)
+        raw = [(key, f.name, str(f), 0, f.stat().st_size, f.name) for f, key in _usable_files(p, unusable)]
+        kind, total = "flat-dir", sum(r[4] for r in raw)
     if labels is None:
         raise SourceError(f"val source {p} is flat: give --devkit ILSVRC2012_devkit_t12.tar.gz or --val-labels LOC_val_solution.csv")
-    members = []
-    for filename, path, offset, size, source in raw:
-        key = key_for(filename)
-        members.append(Member(key, filename, labels.get(key), path, offset, size, source))
-    return SourceIndex("val", kind, p.name, total, members)
+    members = [Member(key, filename, labels.get(key), path, offset, size, source)
+               for key, filename, path, offset, size, source in raw]
+    return SourceIndex("val", kind, p.name, total, members, unusable)
 
 
 # --- labels for flat val sources -------------------------------------------------------------------
@@ -211,6 +290,7 @@ def read_devkit(path: str | os.PathLike) -> tuple[dict[int, str], list[str], lis
     p = Path(path)
     if not p.exists():
         raise SourceError(f"devkit {p} does not exist")
+    want = "data/meta.mat and data/ILSVRC2012_validation_ground_truth.txt"
     try:
         if p.is_dir():
             meta_bytes = (p / "data" / "meta.mat").read_bytes()
@@ -220,15 +300,24 @@ def read_devkit(path: str | os.PathLike) -> tuple[dict[int, str], list[str], lis
                 names = {os.path.basename(n.name): n for n in t.getmembers() if n.isfile()}
                 meta_bytes = t.extractfile(names["meta.mat"]).read()
                 gt_text = t.extractfile(names["ILSVRC2012_validation_ground_truth.txt"]).read().decode()
-    except (OSError, KeyError, tarfile.TarError) as e:
-        raise SourceError(f"devkit {p} is unreadable or incomplete ({e}); expected data/meta.mat and "
-                          "data/ILSVRC2012_validation_ground_truth.txt") from None
-    meta = scipy.io.loadmat(io.BytesIO(meta_bytes), squeeze_me=True)["synsets"]
-    id_to_wnid = {}
-    for s in meta:
-        if int(s["num_children"]) == 0:
-            id_to_wnid[int(s["ILSVRC2012_ID"])] = str(s["WNID"])
-    gt = [int(line) for line in gt_text.split()]
+    except (tarfile.TarError, EOFError, zlib.error):  # tarfile's message spans several lines
+        raise SourceError(f"devkit {p} is not a readable tar archive: give ILSVRC2012_devkit_t12.tar.gz "
+                          "or the folder it extracts to") from None
+    except KeyError as e:
+        raise SourceError(f"devkit {p} has no {e.args[0]}; expected {want}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SourceError(f"devkit {p} is unreadable or incomplete ({getattr(e, 'strerror', None) or e}); "
+                          f"expected {want}") from None
+    try:
+        meta = scipy.io.loadmat(io.BytesIO(meta_bytes), squeeze_me=True)["synsets"]
+        id_to_wnid = {}
+        for s in meta:
+            if int(s["num_children"]) == 0:
+                id_to_wnid[int(s["ILSVRC2012_ID"])] = str(s["WNID"])
+        gt = [int(line) for line in gt_text.split()]
+    except Exception as e:  # noqa: BLE001 - scipy raises many types for a damaged file
+        raise SourceError(f"devkit {p} is damaged: its meta.mat or ground truth cannot be parsed "
+                          f"({type(e).__name__}); re-download it") from None
     return id_to_wnid, sorted(id_to_wnid.values()), gt
 
 

@@ -11,29 +11,27 @@ for ``http(s)://``), with:
   stopped, so callers never see a duplicated or missing byte;
 - ``redact`` for every URL that goes into a message: no user:password@, no signed-URL secrets
   (these three live in imagenet_shards.pipeline.storage.retry and are re-exported here);
-- fork hooks that keep forked workers from breaking the parent's connections.
+- fork hooks that keep forked workers from breaking the parent's connections (``forks``).
 Credentials are never taken from anywhere but the backend's standard sources and the options.
 """
 
 from __future__ import annotations
 
 import base64
-import gc
 import hashlib
 import json
 import os
 import posixpath
 import re
-import selectors
-import sys
-import weakref
 from dataclasses import dataclass
 
+from imagenet_shards.pipeline.storage import forks
 from imagenet_shards.pipeline.storage.atomic import write_atomic
 from imagenet_shards.pipeline.storage.retry import (RetryPolicy, RetryingReader, StorageError, call, is_transient,
                                                     named_error, redact, retry_policy, set_retry_policy)
 
 UNLISTABLE = ("http", "https")  # plain HTTP has no listing (an autoindex page is not one)
+READ_ONLY = ("http", "https")  # nor uploads: fsspec's HTTP backend can only read
 S3_PROTOCOLS = ("s3", "s3a")
 UPLOAD_PART_BYTES = 64 * 2**20  # S3 multipart part size we upload with (so we know its composite ETag)
 
@@ -59,6 +57,11 @@ def local_path(url) -> str | None:
 
 def is_remote(url) -> bool:
     return local_path(url) is None
+
+
+def can_write(url) -> bool:
+    """Whether the store behind `url` accepts writes (plain HTTP does not)."""
+    return protocol(url) not in READ_ONLY
 
 
 def can_list(url) -> bool:
@@ -132,59 +135,12 @@ def options_snapshot() -> dict:
 
 
 def restore_options(snapshot: dict) -> None:
+    """Make `snapshot` (from `options_snapshot`) the current options, replacing all others."""
     _OPTIONS.clear()
     _OPTIONS.update(snapshot)
 
 
-_fork_state: dict = {}
-_inherited: list = []  # in a forked child: the parent's filesystems, held so they are never closed here
-
-
-def _before_fork() -> None:
-    asyn = sys.modules.get("fsspec.asyn")
-    _fork_state["loop"] = loop = asyn.loop[0] if asyn is not None else None
-    if loop is not None:
-        gc.collect()  # unreachable sessions and responses: close them here, where closing is right
-
-
-def _after_fork_in_parent() -> None:
-    _fork_state.clear()
-
-
-def _after_fork_in_child() -> None:
-    """Runs in every forked child (loader workers, the prepare and audit pools) of a process that has
-    done remote I/O. The child inherits the parent's fsspec event loop, aiohttp sessions and pooled
-    sockets — and the parent's epoll instance, which is shared, not copied. Anything the child closes
-    (fsspec drops the inherited filesystems; their finalizers and the garbage collector close
-    sessions and connections) would unregister the parent's sockets from that epoll instance, and
-    the parent would then wait forever for a reply it can no longer see. So: the inherited loop gets
-    a private selector (closing there touches nothing shared), and the inherited filesystems are
-    held and their close-at-exit finalizers detached (forked children end with os._exit)."""
-    loop = _fork_state.pop("loop", None)
-    if loop is None:
-        return
-    loop._selector = selectors.SelectSelector()  # bookkeeping in Python only: no kernel object
-    spec = sys.modules.get("fsspec.spec")
-    todo, seen = [spec.AbstractFileSystem] if spec is not None else [], set()
-    while todo:
-        cls = todo.pop()
-        _inherited.extend(cls.__dict__.get("_cache", {}).values())
-        for sub in cls.__subclasses__():
-            if sub not in seen:
-                seen.add(sub)
-                todo.append(sub)
-    try:
-        for fin, info in list(weakref.finalize._registry.items()):
-            if getattr(info.func, "__name__", "") == "close_session":
-                fin.detach()
-    except AttributeError:  # CPython's private registry changed: the private selector still protects us
-        pass
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
-
+forks.install()  # before any connection exists that a forked child could break
 
 HTTP_CONNECT_TIMEOUT_S, HTTP_READ_TIMEOUT_S = 30, 60
 
@@ -405,8 +361,8 @@ def remove(url, recursive: bool = False) -> None:
     fs.invalidate_cache(p)
 
 
-__all__ = ["ObjectInfo", "RetryPolicy", "RetryingReader", "StorageError", "add_storage_option",
-           "apply_storage_options", "call", "can_list", "exists", "fs_for", "info", "is_remote", "is_transient",
+__all__ = ["ObjectInfo", "READ_ONLY", "RetryPolicy", "RetryingReader", "StorageError", "add_storage_option",
+           "apply_storage_options", "call", "can_list", "can_write", "exists", "fs_for", "info", "is_remote", "is_transient",
            "isdir", "join", "list_details", "listdir", "local_path", "makedirs", "multipart_etag", "named_error",
            "open_url", "options_snapshot", "parse_storage_options", "protocol", "put_file", "read_bytes", "redact",
            "remove", "restore_options", "retry_policy", "set_options", "set_retry_policy", "size",

@@ -1,5 +1,6 @@
-"""Remote errors: which are worth retrying, retrying them with backoff, a reader that resumes where
-a transient error struck, and redaction for every URL that goes into a message.
+"""Remote errors: which are worth retrying, retrying them with backoff (``call``, the one retry
+loop), a reader that resumes where a transient error struck (it retries through ``call`` too), and
+redaction for every URL that goes into a message.
 
 Used by imagenet_shards.pipeline.storage.fs (the one I/O layer) for every remote operation. Nothing here imports a
 storage backend: errors are recognised by their HTTP status (aiohttp, botocore, requests style),
@@ -140,26 +141,39 @@ def named_error(exc, url, action: str = "read") -> OSError:
     return kind(msg)
 
 
-def call(fn, url, *, action: str = "read", policy: RetryPolicy | None = None, sleep=time.sleep):
-    """fn() with retries on transient errors; a permanent error (or running out of tries) is raised
-    as `named_error` (the original exception is not chained: its text may hold secrets)."""
+def call(fn, url, *, action: str = "read", policy: RetryPolicy | None = None, sleep=None,
+         position=None, before_retry=None):
+    """fn() with retries on transient errors: the one retry loop of the project (every remote call,
+    and the resuming reader, go through it).
+
+    A permanent error (or running out of tries) is raised as `named_error` (the original exception
+    is not chained: its text may hold secrets); a StorageError from fn is already final and passes
+    through. `position()`, if given, says at which byte of the object the error struck (for the
+    messages); `before_retry()`, if given, runs after the wait and before the next try (the reader
+    drops its broken connection there)."""
     policy = policy or _retry_policy
     failures = 0
     while True:
         try:
             return fn()
+        except StorageError:
+            raise
         except Exception as e:  # noqa: BLE001 - classified right here
             failures += 1
             if not is_transient(e):
                 raise named_error(e, url, action) from None
+            at = f" at byte {position()}" if position is not None else ""
             if failures >= policy.attempts:
                 err = named_error(e, url, action)
-                raise StorageError(f"{err} (still failing after {failures} tries)") from None
+                where = f"at byte {position()}; " if position is not None else ""
+                raise StorageError(f"{err} ({where}still failing after {failures} tries)") from None
             wait = policy.delay(failures)
             (log.warning if failures > 1 else log.info)(
-                "transient error on %s (%s); retry %d/%d in %.2f s", redact(url), _reason(e), failures,
+                "transient error on %s%s (%s); retry %d/%d in %.2f s", redact(url), at, _reason(e), failures,
                 policy.attempts - 1, wait)
-            sleep(wait)
+            (sleep or time.sleep)(wait)
+            if before_retry is not None:
+                before_retry()
 
 
 # ----------------------------------------------------------------------------- reading
@@ -201,32 +215,19 @@ class RetryingReader(io.RawIOBase):
                 left -= len(chunk)
         return f
 
+    def _drop_connection(self) -> None:
+        """Before a retry: close the broken file; the next try reopens at self.pos."""
+        try:
+            if self._f is not None:
+                self._f.close()
+        except Exception:  # noqa: BLE001 - the old connection is gone anyway
+            pass
+        self._f = None
+        self.reopens += 1
+
     def _with_retries(self, op):
-        failures = 0
-        while True:
-            try:
-                return op()
-            except Exception as e:  # noqa: BLE001 - classified right here
-                if isinstance(e, StorageError):
-                    raise
-                failures += 1
-                if not is_transient(e):
-                    raise named_error(e, self.url) from None
-                if failures >= self.policy.attempts:
-                    raise StorageError(f"{named_error(e, self.url)} (at byte {self.pos}; still failing after "
-                                       f"{failures} tries)") from None
-                wait = self.policy.delay(failures)
-                (log.warning if failures > 1 else log.info)(
-                    "transient error reading %s at byte %d (%s); reopening in %.2f s", redact(self.url),
-                    self.pos, _reason(e), wait)
-                time.sleep(wait)
-                try:
-                    if self._f is not None:
-                        self._f.close()
-                except Exception:  # noqa: BLE001 - the old connection is gone anyway
-                    pass
-                self._f = None  # the next try reopens at self.pos (inside the try: its errors count too)
-                self.reopens += 1
+        return call(op, self.url, policy=self.policy, position=lambda: self.pos,
+                    before_retry=self._drop_connection)
 
     def read(self, n: int = -1) -> bytes:
         def op():

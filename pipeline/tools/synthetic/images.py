@@ -1,4 +1,4 @@
-"""Pixels and bytes for the synthetic ILSVRC2012 generator (see imagenet_shards.pipeline.tools.synthetic.generate).
+"""Pixels and bytes for the synthetic ILSVRC2012 generator (see `generate`).
 
 Each class has a procedural signature that survives random crops and flips: a hue (the whole
 image stays near it) plus a texture family (stripes, checkers, rings, blobs, dots, waves) with a
@@ -6,8 +6,8 @@ class-specific angle and frequency. Each image varies position, phase, scale, hu
 noise. Pictures are drawn at low resolution with vectorised numpy and upscaled with PIL, so a
 500x375 JPEG costs a few milliseconds.
 
-`encode_sample(kind, image, rng, quality, progressive)` turns a picture into the member bytes for
-one sample kind: a clean JPEG or one of the known ILSVRC2012 quirks.
+`encode_sample(kind, image, mask, quality, progressive)` turns a picture into the member bytes for
+one sample kind: a clean JPEG or one of the known ILSVRC2012 quirks (the kinds of `plan.SAMPLE_FACTS`).
 """
 
 from __future__ import annotations
@@ -169,8 +169,9 @@ def encode_sample(kind: str, image: Image.Image, mask: np.ndarray, quality: int,
                   progressive: bool = False) -> bytes:
     """Member bytes for one sample kind (a clean JPEG or a named quirk).
 
-    `kind` is "clean" / "progressive" or a quirk name from imagenet_shards.pipeline.tools.synthetic.generate.QUIRK_FACTS;
-    `mask` is the low-res object mask from render() (used as the alpha of rgba_png).
+    `kind` is a key of imagenet_shards.pipeline.tools.synthetic.plan.SAMPLE_FACTS ("clean", "progressive"
+    or a quirk name); `image` and `mask` come from render() (the low-res object mask is the alpha of
+    rgba_png; both are None for "empty" and "non_image", which need no picture).
     Deterministic: the same inputs give the same bytes.
     """
     if kind in ("clean", "progressive", "large", "tiny"):

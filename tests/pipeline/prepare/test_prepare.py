@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -359,3 +360,22 @@ def test_a_second_run_in_one_process_reads_the_current_sources_not_cached_handle
         assert shard_hashes(out) == shard_hashes(fresh)
         outs.append(shard_hashes(out))
     assert outs[0] != outs[1]
+
+
+def test_every_output_file_follows_the_umask(archives, tmp_path):
+    """Shards, manifest, _info.json, wids indexes, records and job state: 0644 under umask 022 (temp
+    files renamed into place once came out 0600, unreadable to a job running as another account)."""
+    out = tmp_path / "modes"
+    old = os.umask(0o022)
+    try:
+        run(archives, out, part=(0, 2))  # the first half, then a resume: both write records and state
+        run(archives, out)
+    finally:
+        os.umask(old)
+    files = {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    kinds = {"manifest.json", "_info.json", "train.wids.json", "val.wids.json", "_prepare/state.json"}
+    assert kinds <= set(files)
+    assert any(f.startswith("_prepare/records/") for f in files) and any(f.endswith(".tar") for f in files)
+    assert {f: m for f, m in files.items() if m != 0o644} == {}
+    dirs = {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_dir()}
+    assert {d: m for d, m in dirs.items() if m != 0o755} == {}

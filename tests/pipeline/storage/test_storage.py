@@ -1,6 +1,6 @@
 """imagenet_shards.pipeline.storage.fs, the one I/O layer: redaction, error classification, retries, the resuming reader,
 uploads and their checks — against real servers on 127.0.0.1 (moto's S3, a static HTTP server, a
-fault-injecting proxy) started by the fixtures in storage_servers.py."""
+fault-injecting proxy) started by the fixtures in tests/fixtures/servers.py."""
 
 from __future__ import annotations
 
@@ -119,6 +119,56 @@ def test_call_gives_up_after_the_policy_and_says_so():
         storage.call(down, "s3://b/k", policy=storage.RetryPolicy(attempts=3, base_s=0.001, max_s=0.001))
 
 
+class _FlakyFile:
+    """An fsspec-like file over `data` whose connection breaks after `cut` bytes of each open."""
+
+    def __init__(self, data: bytes, cut: int):
+        self.data, self.cut, self.size, self.pos, self.served = data, cut, len(data), 0, 0
+
+    def seek(self, pos):
+        self.pos = pos
+
+    def read(self, n=-1):
+        if self.served >= self.cut:
+            raise ConnectionResetError("reset by peer (test)")
+        n = self.size - self.pos if n is None or n < 0 else n
+        n = min(n, self.cut - self.served)
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += len(chunk)
+        self.served += len(chunk)
+        return chunk
+
+    def close(self):
+        pass
+
+
+def test_reader_resumes_at_the_byte_where_the_connection_broke_through_the_one_retry_loop():
+    data = bytes(range(256)) * 40
+    opens = []
+
+    def open_fresh():
+        opens.append(1)
+        return _FlakyFile(data, cut=1000)
+
+    with storage.RetryingReader("s3://b/k", open_fresh) as f:
+        got = b"".join(iter(lambda: f.read(700), b""))
+        assert got == data and f.reopens == len(opens) - 1 >= len(data) // 1000
+
+
+def test_reader_gives_up_after_the_policy_naming_the_byte():
+    opens = []
+
+    def open_fresh():  # the first connection serves 1234 bytes, every later one breaks at once
+        opens.append(1)
+        return _FlakyFile(b"x" * 5000, cut=1234 if len(opens) == 1 else 0)
+
+    f = storage.RetryingReader("s3://b/k", open_fresh,
+                               policy=storage.RetryPolicy(attempts=3, base_s=0.001, max_s=0.001))
+    assert f.read(1234) == b"x" * 1234
+    with pytest.raises(storage.StorageError, match=r"cannot read s3://b/k: .*at byte 1234; still failing after 3 tries"):
+        f.read(10)
+
+
 # ----------------------------------------------------------------------------- HTTP
 
 @pytest.fixture(scope="module")
@@ -169,9 +219,11 @@ def test_http_missing_object_fails_fast_naming_the_redacted_url(blob_dir):
     assert "***@127.0.0.1" in msg and "not found" in msg
 
 
-def test_http_cannot_list():
+def test_http_cannot_list_nor_be_written():
     assert not storage.can_list("https://host/shards") and storage.can_list("s3://b/p")
     assert storage.can_list("/data/shards")
+    assert not storage.can_write("http://host/shards") and not storage.can_write("HTTPS://host/shards")
+    assert storage.can_write("s3://b/p") and storage.can_write("gs://b/p") and storage.can_write("/data/shards")
 
 
 # ----------------------------------------------------------------------------- S3 (moto)

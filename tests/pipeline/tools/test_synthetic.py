@@ -15,8 +15,9 @@ import pytest
 from PIL import Image, JpegImagePlugin, UnidentifiedImageError
 
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
-from imagenet_shards.pipeline.tools.synthetic.generate import (NAMED_QUIRKS, QUIRK_CLASSES, SAMPLE_FACTS, choose_classes, generate,
-                                ilsvrc_ids, main)
+from imagenet_shards.pipeline.tools.synthetic.generate import generate, main
+from imagenet_shards.pipeline.tools.synthetic.plan import (NAMED_QUIRKS, QUIRK_CLASSES, SAMPLE_FACTS, choose_classes,
+                                                           ilsvrc_ids)
 
 ALL_QUIRKS = {"png_as_jpeg", "cmyk", "grayscale", "truncated", "empty", "exif_rotated", "large", "tiny",
               "rgba_png", "palette_gif", "non_image", "progressive"}
