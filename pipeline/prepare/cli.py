@@ -11,7 +11,9 @@ Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import os
 import sys
 import textwrap
 
@@ -20,7 +22,9 @@ from imagenet_shards.pipeline import storage
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
     "tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or --val-labels) or an "
-    "ImageFolder tree. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
+    "ImageFolder tree. Both also take the Hugging Face ILSVRC/imagenet-1k files, .tar.gz or parquet, repeated or "
+    "as a quoted glob (--train 'data/train-*.parquet'); their labels travel with the images (no --devkit). "
+    "--test (with --splits ...,test) takes the unlabeled test images; their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
     "Rerunning the same command resumes; see docs/prepare.md.",
     "Several machines: run the same command with --part I/N on each (or let RANK/WORLD_SIZE or a Slurm array say "
     "which part); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
@@ -35,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="\n\n".join(__doc__.split("\n\n")[:2]),
         epilog=_EPILOG)
     src = p.add_argument_group("sources")
-    src.add_argument("--train", metavar="SRC", help="train source")
-    src.add_argument("--val", metavar="SRC", help="val source")
+    src.add_argument("--train", metavar="SRC", action="append", help="train source (repeatable; a quoted glob is expanded)")
+    src.add_argument("--val", metavar="SRC", action="append", help="val source (repeatable; a quoted glob is expanded)")
+    src.add_argument("--test", metavar="SRC", action="append",
+                     help="test source, unlabeled (with --splits ...,test; repeatable; a quoted glob is expanded)")
     src.add_argument("--devkit", metavar="TGZ", help="ILSVRC2012_devkit_t12.tar.gz (or its extracted folder): val labels")
     src.add_argument("--val-labels", metavar="CSV", help="Kaggle LOC_val_solution.csv: val labels")
     p.add_argument("--out", required=True, metavar="OUT",
@@ -60,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sz.add_argument("--shard-bytes", type=storage.positive_size, default=None,
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    sh.add_argument("--splits", default="train,val", help="which splits to build (default train,val)")
+    sh.add_argument("--splits", default="train,val", help="which splits to build: train, val, test (default train,val)")
     run = p.add_argument_group("running")
     run.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     run.add_argument("--part", metavar="I/N", default=None,
@@ -119,6 +125,23 @@ def _fail(error) -> int:
     return 2
 
 
+def expand_sources(values: list[str] | None):
+    """One --train/--val/--test value as given, or several files: repeated flags, and quoted globs
+    expanded (sorted) where no file has that literal name. ValueError if a glob matches nothing."""
+    if not values:
+        return None
+    out = []
+    for value in values:
+        if glob.has_magic(value) and not os.path.exists(value) and "://" not in value:
+            found = sorted(glob.glob(value))
+            if not found:
+                raise ValueError(f"no file matches {value!r}")
+            out += found
+        else:
+            out.append(value)
+    return out[0] if len(out) == 1 else out
+
+
 def main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
@@ -143,7 +166,8 @@ def main(argv=None) -> int:
                         shard_samples=None if args.shard_bytes else
                         (1000 if args.shard_samples is None else args.shard_samples))
         storage.apply_storage_options(args.out, args.storage_option)
-        summary = prepare(out=args.out, train=args.train, val=args.val, devkit=args.devkit,
+        summary = prepare(out=args.out, train=expand_sources(args.train), val=expand_sources(args.val),
+                          test=expand_sources(args.test), devkit=args.devkit,
                           val_labels=args.val_labels, config=config, workers=args.workers,
                           part=parse_part(args.part), overwrite=args.overwrite,
                           verify_existing=not args.no_verify, progress=not args.quiet, staging=args.staging)

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 
 from imagenet_shards.pipeline.prepare.images import ImagePolicy
 
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")  # canonical order; test is unlabeled (.cls -1)
+DEFAULT_SPLITS = ("train", "val")
 
 
 class ConfigError(ValueError):
@@ -31,7 +32,7 @@ class Config:
     seed: int = 0
     max_pixels: int = 89_478_485
     exif_transpose: bool = False
-    splits: tuple[str, ...] = SPLITS
+    splits: tuple[str, ...] = DEFAULT_SPLITS
 
     def __post_init__(self):
         check_config(self)
@@ -68,4 +69,4 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"--seed must be a non-negative integer, got {cfg.seed!r}")
     splits = [cfg.splits] if isinstance(cfg.splits, str) else list(cfg.splits)
     if not splits or any(s not in SPLITS for s in splits):
-        raise ConfigError(f"--splits takes train and/or val, got {','.join(map(str, splits)) or 'nothing'}")
+        raise ConfigError(f"--splits takes train, val and/or test, got {','.join(map(str, splits)) or 'nothing'}")

@@ -169,6 +169,10 @@ class LocalOut:
     def start_staging(self) -> None:
         pass
 
+    def scratch(self, name: str) -> str:
+        """A local folder for this job's temporary files (inside OUT's job state)."""
+        return self.path(f"{STATE_DIR}/{name}")
+
     def build(self, spec: ShardSpec, policy) -> dict:
         """Build one shard in place (in a worker process) and return its record."""
         return build_shard(spec, self.root, policy)
@@ -200,6 +204,10 @@ class RemoteOut:
         if self.staging is None:
             self.staging = tempfile.mkdtemp(prefix="prepare-shards-staging-")
         os.makedirs(self.staging, exist_ok=True)
+
+    def scratch(self, name: str) -> str:
+        """A local folder for this job's temporary files (in the staging folder; after start_staging)."""
+        return os.path.join(self.staging, f"_{name}")
 
     def path(self, rel: str) -> str:
         return storage.join(self.url, rel)

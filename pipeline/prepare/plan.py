@@ -14,14 +14,15 @@ import numpy as np
 from imagenet_shards.pipeline.prepare.sources import Member
 
 SPLIT_SEED_SALT = {"train": 0, "val": 1}
-SHARD_PREFIX = {"train": "imagenet1k-train", "val": "imagenet1k-validation"}
+SHARD_PREFIX = {"train": "imagenet1k-train", "val": "imagenet1k-validation", "test": "imagenet1k-test"}
+UNLABELED = -1  # the label of every test sample (the test split has no public labels)
 
 
 @dataclass(frozen=True)
 class PlannedSample:
     key: str
     label: int
-    wnid: str
+    wnid: str | None  # None in the test split
     filename: str
     path: str
     offset: int
@@ -62,12 +63,14 @@ def plan_split(split: str, members: list[Member], wnid_to_label: dict[str, int],
 
     `shard_bytes` cuts by the sum of *source* sizes (exact for pass-through images, an estimate for
     re-encoded ones). The first member with a given key wins; later ones are rejected as duplicates.
+    Members without a label are rejected (no_label), except in the test split, whose samples all
+    get the label ``UNLABELED``.
     """
     if not shard_samples and not shard_bytes:
         raise ValueError("give shard_samples or shard_bytes")
     seen, unique, duplicates, unlabeled = set(), [], [], []
     for m in sorted(members, key=lambda m: (m.key, m.source)):
-        if m.wnid is None:
+        if m.wnid is None and split != "test":
             unlabeled.append(m)
         elif m.key in seen:
             duplicates.append(m)
@@ -85,8 +88,9 @@ def plan_split(split: str, members: list[Member], wnid_to_label: dict[str, int],
         if full:
             shards.append(current)
             current, current_bytes = ShardSpec(split, len(shards)), 0
-        current.samples.append(PlannedSample(m.key, wnid_to_label[m.wnid], m.wnid, m.filename, m.path,
-                                             m.offset, m.size, m.source))
+        label = UNLABELED if split == "test" else wnid_to_label[m.wnid]
+        wnid = None if split == "test" else m.wnid
+        current.samples.append(PlannedSample(m.key, label, wnid, m.filename, m.path, m.offset, m.size, m.source))
         current_bytes += m.size
     if current.samples:
         shards.append(current)

@@ -10,6 +10,7 @@ byte-reproducible, so the result equals a clean run. OUT is a local folder or an
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections import Counter
 
@@ -22,8 +23,9 @@ from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
 from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_split
-from imagenet_shards.pipeline.prepare.sources import (SourceError, SourceIndex, index_train, index_val,
+from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, index_split,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
+from imagenet_shards.pipeline.prepare.spill import spill
 
 
 class PrepareError(Exception):
@@ -31,29 +33,33 @@ class PrepareError(Exception):
 
 
 def local_sources(**sources) -> dict:
-    """The source arguments as local paths (file:// URLs resolved); PrepareError for any other URL:
-    sources are read by offset, member by member, so they must be on a local (or mounted) disk."""
-    out = {}
-    for name, value in sources.items():
-        path = None if value is None else storage.local_path(value)
-        if value is not None and path is None:
+    """The source arguments as local paths (file:// URLs resolved; a list stays a list); PrepareError
+    for any other URL: sources are read by offset or streamed from a local (or mounted) disk."""
+    def local(name, value):
+        path = storage.local_path(value)
+        if path is None:
             flag = "--" + name.replace("_", "-")
             raise PrepareError(f"{flag} takes a local path, got {storage.redact(value)}: copy the archives to a "
                                "local or mounted disk first (only --out may be a URL)")
-        out[name] = path
-    return out
+        return path
+
+    return {name: None if value is None else
+            [local(name, v) for v in value] if isinstance(value, (list, tuple)) else local(name, value)
+            for name, value in sources.items()}
 
 
-def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None):
-    """Index the sources of the requested splits; returns (indexes, class WNIDs sorted)."""
-    train, val, devkit, val_labels = local_sources(train=train, val=val, devkit=devkit,
-                                                   val_labels=val_labels).values()
+def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None):
+    """Index the sources of the requested splits; returns (indexes, class WNIDs sorted).
+
+    ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms)."""
+    train, val, devkit, val_labels, test = local_sources(train=train, val=val, devkit=devkit,
+                                                         val_labels=val_labels, test=test).values()
     indexes = {}
     devkit_leaves = None
     if "train" in cfg.splits:
         if not train:
             raise PrepareError("--train is required when the train split is requested (or use --splits val)")
-        indexes["train"] = index_train(train)
+        indexes["train"] = index_split("train", train)
     if "val" in cfg.splits:
         if not val:
             raise PrepareError("--val is required when the val split is requested (or use --splits train)")
@@ -64,13 +70,19 @@ def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=
             labels, devkit_leaves = val_labels_from_devkit(devkit)
         elif val_labels:
             labels, _ = val_labels_from_kaggle_csv(val_labels)
-        indexes["val"] = index_val(val, labels)
+        indexes["val"] = index_split("val", val, labels)
+    if "test" in cfg.splits:
+        if not test:
+            raise PrepareError("--test is required when the test split is requested")
+        indexes["test"] = index_split("test", test)
     if "train" in indexes:
         classes = sorted({m.wnid for m in indexes["train"].members})
     elif devkit_leaves is not None:
         classes = devkit_leaves
-    else:
+    elif "val" in indexes:
         classes = sorted({m.wnid for m in indexes["val"].members if m.wnid})
+    else:  # test only: the labels are unknown, the class table is ImageNet-1k's
+        classes = sorted(wnid_names())
     if not classes:
         raise PrepareError("the sources hold no classes (is the train archive empty?)")
     if devkit_leaves is not None and devkit_leaves != classes:
@@ -198,12 +210,13 @@ def _split_state(idx: SourceIndex, p: SplitPlan) -> dict:
     return state
 
 
-def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, config: Config = Config(),
+def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, test=None, config: Config = Config(),
             workers: int | None = None, part: tuple[int, int] = (0, 1), overwrite: bool = False,
             verify_existing: bool = True, progress: bool = True, staging: str | None = None) -> dict:
     """Run (or resume) the offline job; returns the summary dict. Raises PrepareError on bad input
     (one line), before any work where it can: an OUT that cannot be written, a staging URL.
 
+    `train`/`val`/`test`: a path, or a list of files (the Hugging Face .tar.gz or parquet forms).
     `out`: a local folder or an fsspec URL; for a URL, shards are built in `staging` (a local
     folder; default a temp folder, removed at the end) and uploaded from there. If the job fails
     before any shard is recorded, an OUT it created is removed again."""
@@ -213,7 +226,7 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, con
     except ValueError as e:
         raise PrepareError(str(e)) from None
     try:
-        return _run(outdir, t0, out=out, train=train, val=val, devkit=devkit, val_labels=val_labels,
+        return _run(outdir, t0, out=out, train=train, val=val, devkit=devkit, val_labels=val_labels, test=test,
                     config=config, workers=workers, part=part, overwrite=overwrite,
                     verify_existing=verify_existing, progress=progress)
     except (PrepareError, OSError):
@@ -223,10 +236,11 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, con
         outdir.close()
 
 
-def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, config: Config, workers, part, overwrite,
+def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config: Config, workers, part, overwrite,
          verify_existing, progress) -> dict:
     try:
-        indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels)
+        indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels,
+                                         test=test)
     except SourceError as e:
         raise PrepareError(str(e)) from None
     wnid_to_label = {w: i for i, w in enumerate(classes)}
@@ -248,7 +262,8 @@ def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, config: Conf
         raise PrepareError(f"cannot check what {outdir.where} already holds: {storage.redact(e)}") from None
     pending = [spec for spec in mine if (spec.split, spec.index) not in records]
     outdir.clean_stale(pending)  # temp files left by a killed run
-    done_images = _build(outdir, pending, config, workers, records, progress)
+    sequential = {m.path: idx.kind for idx in indexes.values() if idx.kind in SEQUENTIAL_KINDS for m in idx.members}
+    done_images = _build(outdir, pending, config, workers, records, progress, sequential)
     done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
@@ -266,12 +281,24 @@ def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, config: Conf
 
 
 def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, records: dict,
-           progress: bool) -> int:
+           progress: bool, sequential: dict[str, str]) -> int:
     """Build the pending shards in worker processes (each builds, and for a remote OUT uploads and
-    checks, whole shards); the main process writes each record as its shard is done."""
+    checks, whole shards); the main process writes each record as its shard is done.
+
+    ``sequential``: files that cannot be read by offset (path -> kind); their planned members are
+    first copied into per-shard buckets (``spill``), removed again when the shards are built."""
     if not pending:
         return 0
     out.start_staging()
+    spill_dir = out.scratch("spill")
+    if sequential:
+        files = {s.path for sp in pending for s in sp.samples if s.path in sequential}
+        with tqdm(total=len(files), desc="read sequential sources", unit="file", disable=not progress,
+                  dynamic_ncols=True) as bar:
+            try:
+                pending = spill(pending, sequential, spill_dir, workers=workers, progress=bar)
+            except SourceError as e:
+                raise PrepareError(str(e)) from None
     totals = Counter(sp.split for sp in pending for _ in sp.samples)
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
                     dynamic_ncols=True, smoothing=0.05)
@@ -289,6 +316,7 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, r
     finally:
         for b in bars.values():
             b.close()
+    shutil.rmtree(spill_dir, ignore_errors=True)
     return sum(totals.values())
 
 

@@ -70,7 +70,7 @@ def sha256_file(path: str, chunk: int = 1 << 22) -> str:
 
 def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     """Write `spec` under out_dir/spec.url (temp name, fsync, rename) and return its record."""
-    rejected, skipped, fixed, class_counts = [], [], [], {}
+    rejected, skipped, fixed, class_counts, written = [], [], [], {}, 0
     digests = (hashlib.sha256(), hashlib.md5())
     with SourceFiles() as sources, atomic_open(os.path.join(out_dir, spec.url)) as raw:
         hashing = _HashingWriter(raw, digests)
@@ -86,13 +86,15 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
                     continue
                 tw.write({"__key__": s.key, "jpg": r.data, "cls": str(s.label).encode(),
                           "json": sample_json(s, r)})
-                class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1
+                written += 1
+                if s.wnid is not None:  # test samples have no class
+                    class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1
                 if r.fixes:
                     fixed.append({"split": spec.split, "key": s.key, "fixes": list(r.fixes)})
         size = raw.tell()
     return {
         "split": spec.split, "index": spec.index, "url": spec.url,
-        "num_samples": sum(class_counts.values()), "planned": len(spec.samples),
+        "num_samples": written, "planned": len(spec.samples),
         "bytes": size, "sha256": digests[0].hexdigest(), "md5": digests[1].hexdigest(),
         "class_counts": dict(sorted(class_counts.items())),
         "rejected": rejected, "skipped": skipped, "fixed": fixed,

@@ -18,7 +18,7 @@ import shutil
 from collections import defaultdict
 
 from imagenet_shards.pipeline.parallel import run_jobs
-from imagenet_shards.pipeline.prepare.hf import iter_member_bytes
+from imagenet_shards.pipeline.prepare.sources.huggingface import iter_member_bytes
 from imagenet_shards.pipeline.prepare.plan import ShardSpec
 from imagenet_shards.pipeline.prepare.sources import SourceError
 

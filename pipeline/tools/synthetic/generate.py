@@ -33,6 +33,7 @@ from pathlib import Path
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.tools.synthetic.archives import add_member, devkit_bytes, kaggle_solution, tar_bytes
+from imagenet_shards.pipeline.tools.synthetic.hf import write_hf_layouts
 from imagenet_shards.pipeline.tools.synthetic.images import class_styles
 from imagenet_shards.pipeline.tools.synthetic.plan import (MIN_TRAIN_WITH_QUIRKS, QUIRK_CLASSES, SAMPLE_FACTS, Planned,
                                                            choose_classes, ilsvrc_ids, member_bytes, plan_samples)
@@ -41,7 +42,8 @@ TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"
 DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
 EXPECTED = "expected.json"
-LAYOUTS = ("ilsvrc", "imagefolder", "kaggle", "classtars")
+LAYOUTS = ("ilsvrc", "imagefolder", "kaggle", "classtars", "hf-targz", "hf-parquet")
+HF_LAYOUTS = ("hf-targz", "hf-parquet")  # written from the ilsvrc archives (pipeline/tools/synthetic/hf.py)
 # layout -> what it writes under OUT (files and directories), for expected.json["files"]
 LAYOUT_FILES = {
     "ilsvrc": {"train_tar": TRAIN_TAR, "val_tar": VAL_TAR, "devkit": DEVKIT},
@@ -49,6 +51,8 @@ LAYOUT_FILES = {
     "kaggle": {"kaggle_val_solution": "kaggle/LOC_val_solution.csv",
                "kaggle_synset_mapping": "kaggle/LOC_synset_mapping.txt", "kaggle_val": "kaggle/val"},
     "classtars": {"class_tars": "train_class_tars"},
+    "hf-targz": {"hf_targz": "hf/data"},
+    "hf-parquet": {"hf_parquet": "hf-parquet/data"},
 }
 
 
@@ -100,6 +104,9 @@ def _check_args(classes: int, train_per_class: int, val_per_class: int, quirks: 
     if unknown or not layouts:
         raise ValueError(f"unknown or no --layout {','.join(unknown) or '(empty)'}: "
                          f"choose from {','.join(LAYOUTS)}")
+    if set(layouts) & set(HF_LAYOUTS) and "ilsvrc" not in layouts:
+        raise ValueError("the hf-targz and hf-parquet layouts are written from the ilsvrc archives: add ilsvrc "
+                         "to --layout")
 
 
 def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class: int = 10,
@@ -184,6 +191,8 @@ def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class
         "counts": _counts(samples),
         "samples": samples,
     }
+    if want & set(HF_LAYOUTS):
+        write_hf_layouts(out, expected, targz="hf-targz" in want, parquet="hf-parquet" in want, seed=seed)
     text = json.dumps(expected, sort_keys=True, indent=1) + "\n"
     with atomic_open(out / EXPECTED, fsync=False) as f:  # written last: its presence means the set is complete
         f.write(text.encode())
@@ -222,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated layouts to write: ilsvrc (the three real archives), "
                              "imagefolder (OUT/imagefolder/{train,val}/WNID/), kaggle (OUT/kaggle/ "
                              "LOC_val_solution.csv + flat val/), classtars (OUT/train_class_tars/"
-                             "WNID.tar); default ilsvrc")
+                             "WNID.tar), hf-targz (OUT/hf/data/*.tar.gz) and hf-parquet (OUT/hf-parquet/data/"
+                             "*.parquet), the Hugging Face ILSVRC/imagenet-1k forms of the same images (need "
+                             "ilsvrc; parquet needs pyarrow); default ilsvrc")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 

@@ -127,8 +127,8 @@ def test_state_differences_name_sources_and_classes():
     (dict(shard_bytes=1000), "give exactly one of --shard-samples and --shard-bytes"),
     (dict(shard_samples=0), "--shard-samples must be a positive integer, got 0"),
     (dict(seed=-1), "--seed must be a non-negative integer, got -1"),
-    (dict(splits=("train", "test")), "--splits takes train and/or val, got train,test"),
-    (dict(splits=()), "--splits takes train and/or val, got nothing"),
+    (dict(splits=("train", "tests")), "--splits takes train, val and/or test, got train,tests"),
+    (dict(splits=()), "--splits takes train, val and/or test, got nothing"),
 ])
 def test_the_one_config_check(kwargs, message):
     with pytest.raises(ConfigError) as e:
@@ -143,7 +143,7 @@ def test_config_keeps_splits_in_canonical_order():
 @pytest.mark.parametrize("args,message", [
     (["--shard-samples", "0"], "--shard-samples must be a positive integer"),
     (["--seed", "-3"], "--seed must be a non-negative integer"),
-    (["--splits", "train,test"], "--splits takes train and/or val"),
+    (["--splits", "train,tests"], "--splits takes train, val and/or test"),
     (["--quality", "101"], "quality must be an integer in 1..100"),
 ])
 def test_bad_settings_exit_2_with_one_line_before_any_work(tmp_path, capsys, args, message):

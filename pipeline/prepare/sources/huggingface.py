@@ -11,8 +11,9 @@
 Keys and file names are the original ones (the ``_nXXXXXXXX`` suffix stripped), so a shard set made
 from the HF copy is byte-identical to one made from the original archives holding the same images.
 Neither form can be read by offset (gzip; parquet pages), so a member's locator is its ordinal in
-its file (``Member.offset``), and ``spill.py`` streams each file once more to copy the planned
-members into per-shard bucket files before shards are built.
+its file (``Member.offset``), and ``prepare/spill.py`` streams each file once more to copy the planned
+members into per-shard bucket files before shards are built. Non-regular tar members and names
+whose key is unsafe are listed as unusable, as for every other form.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from pathlib import Path
 from typing import Iterator
 
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
-from imagenet_shards.pipeline.prepare.sources import Member, SourceError, SourceIndex, key_for
+from imagenet_shards.pipeline.prepare.sources.records import (NOT_REGULAR, UNSAFE_KEY, Member, SourceError, SourceIndex,
+                                                              Unusable, key_for, unsafe_key)
 
 HF_NAME_RE = re.compile(r"^(?P<stem>.+?)_(?P<wnid>n\d{8})(?P<ext>\.[A-Za-z0-9]+)$")
 TRAIN_STEM_RE = re.compile(r"^(n\d{8})_")
 PARQUET_MAGIC = b"PAR1"
 GZIP_MAGIC = b"\x1f\x8b"
 KIND_TARGZ, KIND_PARQUET = "hf-tar.gz", "hf-parquet"
+SEQUENTIAL_KINDS = (KIND_TARGZ, KIND_PARQUET)  # cannot be read by offset: spilled before building
 
 
 def detect_form(path: str | os.PathLike) -> str | None:
@@ -65,7 +68,7 @@ def original_name(name: str, split: str) -> tuple[str, str | None]:
 
 
 def _member(split: str, path: Path, ordinal: int, name: str, size: int, wnid_from_label: str | None,
-            location: str) -> Member:
+            location: str) -> Member | Unusable:
     filename, wnid = original_name(name, split)
     if wnid_from_label is not None:
         if wnid is not None and wnid != wnid_from_label:
@@ -75,20 +78,35 @@ def _member(split: str, path: Path, ordinal: int, name: str, size: int, wnid_fro
     if split == "train" and wnid is None:
         prefix = TRAIN_STEM_RE.match(filename)
         wnid = prefix[1] if prefix else None
-    return Member(key_for(filename), filename, wnid, str(path), ordinal, size, location)
+    key = key_for(filename)
+    why = unsafe_key(key)
+    if why is not None:
+        return Unusable(key, location, UNSAFE_KEY, why)
+    return Member(key, filename, wnid, str(path), ordinal, size, location)
+
+
+def _index(split: str, kind: str, files: list[Path], found) -> SourceIndex:
+    members, unusable = [], []
+    for item in found:
+        (unusable if isinstance(item, Unusable) else members).append(item)
+    return SourceIndex(split, kind, _name(files), sum(p.stat().st_size for p in files), members, unusable)
 
 
 # ----------------------------------------------------------------------------- tar.gz
 
 def iter_targz(path: str | os.PathLike, *, read: bool) -> Iterator[tuple[int, tarfile.TarInfo, bytes | None]]:
-    """(ordinal, member, bytes or None) of every regular file of a .tar.gz, streamed once.
+    """(ordinal, member, bytes or None) of every member but directories of a .tar.gz, streamed once.
 
-    The ordinal counts regular files only, so it is the same in the index pass and the spill pass."""
+    Non-regular members come with ordinal -1 and no bytes; the ordinal counts regular files only,
+    so it is the same in the index pass and the spill pass."""
     ordinal = 0
     try:
         with tarfile.open(path, mode="r|gz") as tar:
             for ti in tar:
+                if ti.isdir():
+                    continue
                 if not ti.isfile():
+                    yield -1, ti, None
                     continue
                 data = tar.extractfile(ti).read() if read else None
                 yield ordinal, ti, data
@@ -100,11 +118,16 @@ def iter_targz(path: str | os.PathLike, *, read: bool) -> Iterator[tuple[int, ta
 
 def index_targz(files: list[Path], split: str) -> SourceIndex:
     """Index HF tar.gz files (names and sizes; the data is decompressed and discarded)."""
-    members = []
-    for p in files:
-        for ordinal, ti, _ in iter_targz(p, read=False):
-            members.append(_member(split, p, ordinal, ti.name, ti.size, None, f"{p.name}/{ti.name}"))
-    return SourceIndex(split, KIND_TARGZ, _name(files), sum(p.stat().st_size for p in files), members)
+    def found():
+        for p in files:
+            for ordinal, ti, _ in iter_targz(p, read=False):
+                where = f"{p.name}/{ti.name}"
+                if ordinal < 0:
+                    yield Unusable(key_for(os.path.basename(ti.name)), where, NOT_REGULAR,
+                                   "symbolic link, hard link or device (only regular files are read)")
+                else:
+                    yield _member(split, p, ordinal, ti.name, ti.size, None, where)
+    return _index(split, KIND_TARGZ, files, found())
 
 
 # ----------------------------------------------------------------------------- parquet
@@ -147,17 +170,18 @@ def iter_parquet(path: str | os.PathLike, *, read: bool) -> Iterator[tuple[int, 
 def index_parquet(files: list[Path], split: str) -> SourceIndex:
     """Index HF parquet files; the ``label`` column must agree with a WNID in the image path."""
     wnids = [c.wnid for c in imagenet_1k_classes()]
-    members = []
-    for p in files:
-        for row, name, label, size, _ in iter_parquet(p, read=False):
-            if label is None or label < 0:
-                wnid = None
-            elif label < len(wnids):
-                wnid = wnids[label]
-            else:
-                raise SourceError(f"{p.name} row {row} ({name}): label {label} is not an ImageNet-1k class index")
-            members.append(_member(split, p, row, name or f"row-{row}", size, wnid, f"{p.name}#{row}:{name}"))
-    return SourceIndex(split, KIND_PARQUET, _name(files), sum(p.stat().st_size for p in files), members)
+
+    def found():
+        for p in files:
+            for row, name, label, size, _ in iter_parquet(p, read=False):
+                if label is None or label < 0:
+                    wnid = None
+                elif label < len(wnids):
+                    wnid = wnids[label]
+                else:
+                    raise SourceError(f"{p.name} row {row} ({name}): label {label} is not an ImageNet-1k class index")
+                yield _member(split, p, row, name or f"row-{row}", size, wnid, f"{p.name}#{row}:{name}")
+    return _index(split, KIND_PARQUET, files, found())
 
 
 # ----------------------------------------------------------------------------- both
@@ -178,7 +202,8 @@ def iter_member_bytes(kind: str, path: str) -> Iterator[tuple[int, bytes]]:
     """(ordinal, bytes) of every member of one HF file, in file order (the spill pass)."""
     if kind == KIND_TARGZ:
         for ordinal, _, data in iter_targz(path, read=True):
-            yield ordinal, data
+            if ordinal >= 0:
+                yield ordinal, data
     elif kind == KIND_PARQUET:
         for row, _, _, _, data in iter_parquet(path, read=True):
             yield row, data or b""
