@@ -19,6 +19,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagenet_shards.pipeline.format.keys import key_for
+
 WNID_RE = re.compile(r"^n\d{8}$")
 VAL_KEY_RE = re.compile(r"^ILSVRC2012_val_(\d{8})$")
 
@@ -54,13 +56,6 @@ class SourceIndex:
         for m in self.members:
             h.update(f"{m.source}\0{m.size}\n".encode())
         return "index-sha256:" + h.hexdigest()
-
-
-def key_for(filename: str) -> str:
-    """Sample key = file stem; dots would split a webdataset key, so they become underscores."""
-    stem = os.path.basename(filename)
-    stem = stem.rsplit(".", 1)[0] if "." in stem[1:] else stem
-    return stem.replace(".", "_")
 
 
 class _Window(io.RawIOBase):

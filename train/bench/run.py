@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from imagenet_shards.train.loader import dataset as D
+from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import decode as dec
 
 

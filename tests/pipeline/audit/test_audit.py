@@ -12,10 +12,13 @@ import tarfile
 import pytest
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.audit.run import (AuditError, audit, check_expect, check_sample, find_duplicate_content, load_manifest,
-                            observe_samples)
-from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
+from imagenet_shards.pipeline.audit.checks import check_sample
 from imagenet_shards.pipeline.audit.cli import main
+from imagenet_shards.pipeline.audit.duplicates import find_duplicate_content
+from imagenet_shards.pipeline.audit.expect import check_expect
+from imagenet_shards.pipeline.audit.observe import SampleObservation, observe_samples
+from imagenet_shards.pipeline.audit.run import AuditError, audit, load_manifest
+from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
 from imagenet_shards.pipeline.format.manifest import dumps, wids_index
 
@@ -394,7 +397,6 @@ def test_check_sample_rules():
     classes = [{"index": 0, "wnid": "n01440764", "name": "tench"}, {"index": 1, "wnid": "n01443537", "name": "fish"}]
     meta = {"label": 1, "wnid": "n01443537", "filename": "n01443537_7.JPEG", "width": 4, "height": 3,
             "orig_width": 4, "orig_height": 3, "fixes": []}
-    from imagenet_shards.pipeline.audit.run import SampleObservation
     good = SampleObservation("n01443537_7", ["cls", "jpg", "json"], b"1", json.dumps(meta).encode(), b"\xff\xd8\xff",
                              10, b"d" * 16, ("JPEG", "RGB", 4, 3))
     assert check_sample(good, "train", classes, "s") == []
