@@ -65,6 +65,7 @@ def find_duplicate_content(per_split: dict[str, tuple[list[str], bytes]]) -> dic
 
 
 def duplicate_warnings(dups: dict) -> list[Problem]:
+    """The warnings (not errors) that `find_duplicate_content`'s groups give: within a split, and across splits."""
     out = []
     for name, r in dups.items():
         if not r["images"]:

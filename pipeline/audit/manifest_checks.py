@@ -135,6 +135,7 @@ def check_extra_files(listed: set[str], found: dict[str, list[str]]) -> list[Pro
 
 
 def check_class_counts(split: str, manifest_counts: dict, observed: Counter) -> list[Problem]:
+    """Per-class sample counts read from a split's shards against the manifest's `class_counts`."""
     out = []
     for wnid in sorted(set(manifest_counts) | set(observed), key=str):
         want, got = manifest_counts.get(wnid, 0), observed.get(wnid, 0)

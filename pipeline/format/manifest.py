@@ -23,6 +23,7 @@ CONSERVATION = "per split: images_in = num_samples + num_rejected + num_skipped"
 
 
 def dumps(obj) -> str:
+    """The manifest's JSON text: sorted keys, one-space indent, UTF-8 as is, a final newline (stable bytes)."""
     return json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -125,6 +126,8 @@ class ManifestMissing(ManifestError, FileNotFoundError):
 
 
 class Shard(NamedTuple):
+    """A shard of a split, as the loader and tools open it."""
+
     url: str  # resolved against DATA
     num_samples: int
 

@@ -22,13 +22,14 @@ Modes of `iter_tar`:
   (redacted) URL and the byte offset and saying to run audit-shards.
 Both: pax extended headers (path, size), GNU long names and long link names; global pax headers
 are read and ignored. A member whose bytes `want` declines is skipped by seek when the file can
-seek and nothing is being hashed (its truncation then shows as the archive ending early).
+seek and nothing is being hashed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import zlib
 from typing import Callable, Iterator, NamedTuple
 
@@ -42,13 +43,15 @@ _META = (b"x", b"g", b"L", b"K")  # pax, pax global, GNU long name, GNU long lin
 class HashingReader:
     """Reads a file in large blocks, feeding every block to the hashes once, and serves exact-size reads.
 
-    With no hashes and a seekable file, `skip` seeks instead of reading.
+    With no hashes and a seekable file, `skip` seeks instead of reading; it then knows where the file
+    ends (its size, taken once), so a skip past the end still reports the shortfall.
     """
 
     def __init__(self, f, algorithms=("sha256", "md5"), block: int = 1 << 20):
         self._f, self._block = f, block
         self.hashes = {a: hashlib.new(a) for a in algorithms}
         self._seek = not self.hashes and bool(getattr(f, "seekable", lambda: False)())
+        self._end = _bytes_left(f) if self._seek else None  # None: unknown, skips are taken on trust
         self._buf, self._off = b"", 0
         self.pos = 0  # bytes handed out (or skipped) so far
         self.bytes_read = 0
@@ -87,6 +90,8 @@ class HashingReader:
             self.pos += n
             return n
         if self._seek:
+            if self._end is not None and self.pos + n > self._end:
+                n = max(left, self._end - self.pos)
             self._f.seek(n - left, io.SEEK_CUR)
             self._buf, self._off = b"", 0
             self.pos += n
@@ -114,6 +119,22 @@ class HashingReader:
         return self.hashes[name].hexdigest()
 
 
+def _bytes_left(f) -> int | None:
+    """Bytes from the current position to the end of a seekable file, or None if it cannot tell."""
+    try:
+        here = f.tell()
+        size = getattr(f, "size", None)  # fsspec files and storage's RetryingReader know it
+        if not isinstance(size, int):
+            try:
+                size = os.fstat(f.fileno()).st_size
+            except (AttributeError, OSError, io.UnsupportedOperation):
+                size = f.seek(0, io.SEEK_END)
+                f.seek(here)
+        return size - here
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
 class TarFormatError(ValueError):
     """A structural fault in a tar. `kind` is the audit's problem kind (tar_truncated, tar_bad_header,
     tar_trailing_garbage), `key` the sample key of the member concerned, if any, `where` the
@@ -125,6 +146,8 @@ class TarFormatError(ValueError):
 
 
 class TarMember(NamedTuple):
+    """One member as `iter_tar` yields it (after its pax or GNU long-name header, if any)."""
+
     name: str
     key: str  # webdataset key and extension (format.keys.split_key)
     ext: str

@@ -18,6 +18,8 @@ _FIELDS = ("jpg", "cls")  # what a sample needs; other members (.json) are skipp
 
 
 class Record(NamedTuple):
+    """One sample's raw bytes (None where the member is missing) and the (redacted) URL of its shard."""
+
     key: str
     url: str
     jpg: bytes | None

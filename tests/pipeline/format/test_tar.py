@@ -207,6 +207,13 @@ def test_declined_members_are_skipped_by_seek_where_possible(seekable):
     assert (f.read_bytes < len(raw) // 2) if seekable else (f.read_bytes >= len(raw) - 10240)
 
 
+@pytest.mark.parametrize("seekable", [True, False])
+def test_a_skipped_member_cut_short_is_still_found(seekable):
+    raw = make_tar([("a.cls", b"1"), ("a.jpg", bytes(3 << 20))])
+    with pytest.raises(TarFormatError, match=r"member a.jpg at byte 1024 is cut short \(1000 of 3145728 bytes\)"):
+        list(iter_tar(Stream(raw[:1024 + 512 + 1000], seekable), want=lambda key, ext: ext == "cls", strict=False))
+
+
 def test_strict_hashes_what_it_skips():
     raw = make_tar(SAMPLES)
     r = HashingReader(io.BytesIO(raw), ("sha256",), block=1024)

@@ -113,6 +113,33 @@ def test_read_shard_mid_range(sets):
         list(D.read_shard(shard.url, 0, N + 1))
 
 
+def test_damaged_shard_names_the_redacted_url_and_offset(sets):
+    """The lenient reader tolerates a missing end marker but not a cut member or a bad header."""
+    import io
+    (shard,) = D.split_shards(D.read_manifest(sets[1]), sets[1], "train")
+    with open(shard.url, "rb") as f:
+        raw = f.read()
+    url = "https://user:secret@host/train/imagenet1k-train-000000.tar"
+    served = {}
+    opener = lambda u, mode: io.BytesIO(served[u])  # noqa: E731
+
+    with tarfile.open(shard.url) as tf:
+        members = tf.getmembers()
+    jpg = [m for m in members if m.name.endswith(".jpg")][N // 2]
+    served[url] = raw[:jpg.offset_data + 50]  # cut inside a member
+    with pytest.raises(ValueError, match=rf"host/train/imagenet1k-train-000000.tar: member {jpg.name} at byte "
+                                         rf"{jpg.offset} is cut short .*run audit-shards") as e:
+        list(D.read_shard(url, opener=opener))
+    assert "secret" not in str(e.value)
+    damaged = bytearray(raw)
+    damaged[jpg.offset + 20] ^= 1  # in its header's name field
+    served[url] = bytes(damaged)
+    with pytest.raises(ValueError, match=f"invalid tar header at byte {jpg.offset} .*run audit-shards"):
+        list(D.read_shard(url, opener=opener))
+    served[url] = raw[:len(raw) - 1024]  # no end-of-archive marker: read like tar(1) does
+    assert len(list(D.read_shard(url, opener=opener))) == N
+
+
 def test_unknown_split_is_refused(sets):
     with pytest.raises(ValueError, match="split 'test' is not in the manifest"):
         D.make_loader(sets[1], "test", 2)
