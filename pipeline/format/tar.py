@@ -1,11 +1,13 @@
 """The one tar reader for shards: a strict mode (audit-shards, inspect-shards) and a lenient one (the loader).
 
 Why hand-written rather than `tarfile`:
-- speed: the loader reads thousands of samples per second per worker, the audit 1.3 M samples
-  per pass. Measured over a prepare-shards set (3,200 samples of ~26 KB in 7 shards, page cache,
-  one core; see docs/audit.md): `tarfile` in stream mode costs ~63 µs of CPU per sample (three
-  members), this reader ~18 µs strict and ~16 µs lenient. The header checksum is what `tarfile`
-  spends most on: `sum()` over 512 bytes is ~2 µs, `zlib.adler32` over two halves ~0.3 µs.
+- speed: the loader reads thousands of samples per second per worker, the audit 1.3 M samples per
+  pass. Measured on one core, files in the page cache, best of 5-7 passes (docs/audit.md): over a
+  prepare-shards set of 3,200 samples of ~26 KB, `tarfile` costs ~72 µs of CPU per sample (three
+  members; ~76 µs in stream mode), this reader ~20 µs strict (bodies read, nothing hashed) and
+  ~22 µs lenient (the loader's `read_shard`, .json skipped); over 2,000 photo-like samples of
+  ~81 KB, `tarfile` 81-146 µs, this reader 28-30 µs. The header checksum is the first cost: `sum()`
+  over 512 bytes takes ~2 µs, `zlib.adler32` over the two halves ~0.5 µs (`_checksum`).
 - strictness: `tarfile` stops quietly at a header it cannot parse, ignores bytes after the
   end-of-archive marker and accepts a missing one, so a damaged copy reads as a shorter, valid
   archive. The audit has to tell those apart, with the byte offset of the fault.
