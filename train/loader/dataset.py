@@ -57,6 +57,7 @@ class ShardDataset(IterableDataset):
         self.state = torch.tensor([epoch, cfg.res], dtype=torch.int64).share_memory_()
 
     def plan(self, epoch: int | None = None) -> list[WorkerPlan]:
+        """This rank's per-worker plans for ``epoch`` (default: the one ``set_epoch`` selected)."""
         return epoch_plan(self.sizes, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size,
                           workers=max(1, self.workers), train=self.cfg.train, seed=self.seed,
                           epoch=int(self.state[0]) if epoch is None else epoch)

@@ -413,15 +413,21 @@ def test_bench_loader_json(sets, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_bench_loader_compare_runs(tmp_path, capsys):
+    """Every row --compare promises either ran (a measured rate, no note) or, for the optional DALI
+    and FFCV, says it was skipped."""
     from imagenet_shards.train.bench import run as bench
     data = write_shard_set(tmp_path / "out", train=48, shard_samples=16, num_classes=4, content="texture",
                            size=(96, 72))
     rc = bench.main([str(data), "--workers", "1", "--batches", "4", "--warmup", "1", "--batch-size", "8",
-                     "--res", "32", "--compare"])
-    out = capsys.readouterr().out
+                     "--res", "32", "--compare", "--json"])
     assert rc == 0
-    for name in ("imagenet-shards", "ImageFolder", "tarfile", "webdataset", "DALI", "FFCV"):
-        assert name in out
+    rows = json.loads(capsys.readouterr().out)["compare"]
+    for part in ("imagenet-shards", "ImageFolder", "tarfile", "webdataset", "DALI", "FFCV"):
+        assert any(part in r["name"] for r in rows), part
+    for r in rows:
+        ran = r["images_per_s"] is not None and r["images_per_s"] > 0 and r["note"] == ""
+        optional = r["name"].startswith(("DALI", "FFCV"))
+        assert ran or (optional and r["note"].startswith("skipped")), r
 
 
 # ----------------------------------------------------------------------------- round trip with the real writer
