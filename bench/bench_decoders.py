@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from imagenet_shards.train.bench.report import pil_description  # noqa: E402
-from imagenet_shards.train.loader import dataset as D  # noqa: E402
+from imagenet_shards.train import loader as D  # noqa: E402
 from imagenet_shards.train.loader import decode as dec  # noqa: E402
 
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)

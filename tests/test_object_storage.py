@@ -23,7 +23,7 @@ from imagenet_shards.pipeline.audit.cli import main as audit_main
 from imagenet_shards.pipeline.prepare.cli import main as prepare_main
 from imagenet_shards.pipeline.tools.inspect_shards import main as inspect_main
 from imagenet_shards.pipeline.tools.synthetic.generate import generate
-from imagenet_shards.train.loader import dataset as D
+from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader.cache import ShardCache
 from tests.fixtures.servers import FAKE_CREDENTIALS, FaultPlan, fault_proxy, serve_http
 

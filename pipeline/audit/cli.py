@@ -11,7 +11,8 @@ import sys
 from collections import Counter
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.audit.run import AuditError, AuditReport, audit
+from imagenet_shards.pipeline.audit.report import AuditError, AuditReport
+from imagenet_shards.pipeline.audit.run import audit
 
 MAX_LISTED = 200  # on stdout; --json always has every problem
 

@@ -1,24 +1,29 @@
-"""What was written: manifest.json, timm's _info.json and the wids indexes, assembled from shard records.
+"""The manifest: assembled from shard records and written (prepare-shards), read and validated (everyone else).
 
-The manifest is data: keys sorted, lists in a stable order, no timestamps, so the same inputs and
-config give the same manifest bytes. See docs/format.md for the schema.
+Writing: manifest.json, timm's _info.json and the wids indexes. The manifest is data: keys sorted,
+lists in a stable order, no timestamps, so the same inputs and config give the same manifest bytes.
+Reading: `read_manifest(DATA)` is the one reader (loader, trainer, audit-shards, inspect-shards);
+`split_shards` the one way to get a split's shard list from it. See docs/format.md for the schema.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import NamedTuple
 
 from imagenet_shards.pipeline import __version__, storage
 
 FORMAT = "imagenet-shards-manifest"
 FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
 DATASET_NAME = "imagenet1k"
 INFO_SPLIT_NAMES = {"train": "train", "val": "validation"}
 CONSERVATION = "per split: images_in = num_samples + num_rejected + num_skipped"
 
 
 def dumps(obj) -> str:
+    """The manifest's JSON text: sorted keys, one-space indent, UTF-8 as is, a final newline (stable bytes)."""
     return json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -107,18 +112,73 @@ def write_outputs(out_dir: str, manifest: dict) -> None:
     for split in manifest["splits"]:
         write_json_atomic(storage.join(out_dir, f"{split}.wids.json"), wids_index(manifest, split))
     write_json_atomic(storage.join(out_dir, "_info.json"), info_json(manifest))
-    write_json_atomic(storage.join(out_dir, "manifest.json"), manifest)
+    write_json_atomic(storage.join(out_dir, MANIFEST_NAME), manifest)
 
 
-def read_manifest_file(path: str) -> dict:
-    """Load and minimally check a manifest.json (a path or URL); ValueError with a one-line reason if it is not one."""
-    with storage.open_url(path, "rb") as f:
-        try:
-            m = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON ({e})") from None
+# ----------------------------------------------------------------------------- reading
+
+class ManifestError(ValueError):
+    """DATA's manifest cannot be used; the message is one line that says what to do."""
+
+
+class ManifestMissing(ManifestError, FileNotFoundError):
+    """There is no manifest.json at DATA."""
+
+
+class Shard(NamedTuple):
+    """A shard of a split, as the loader and tools open it."""
+
+    url: str  # resolved against DATA
+    num_samples: int
+
+
+def shard_url(data: str, rel: str) -> str:
+    """A manifest url (relative to DATA, or absolute) as a path or URL to open."""
+    return rel if "://" in rel else storage.join(data, rel)
+
+
+def read_manifest(data) -> dict:
+    """Read DATA/manifest.json (DATA a directory or URL) and check it is one this code reads.
+
+    Checked: it exists and is readable, is a JSON object of our `format` and `format_version`, and
+    has a `splits` table. ManifestError (ManifestMissing when absent) with a one-line reason
+    otherwise. The rest of the schema is checked where it is used (`split_shards`) and in full by
+    audit-shards, which reports each fault instead of stopping at the first."""
+    data = str(data)
+    path = storage.join(data, MANIFEST_NAME)
+    where = storage.redact(path)
+    try:
+        raw = storage.read_bytes(path)
+    except FileNotFoundError:
+        raise ManifestMissing(f"no {MANIFEST_NAME} in {storage.redact(data)}: point at the --out of a finished "
+                              "prepare-shards run") from None
+    except OSError as e:
+        raise ManifestError(f"cannot read {where}: {e.strerror or storage.redact(e)}") from None
+    try:
+        m = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ManifestError(f"{where} is not valid JSON ({e}): it is damaged; rerun prepare-shards to "
+                            "rewrite it") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ValueError(f"{path} is not an imagenet-shards manifest")
+        raise ManifestError(f"{where} is not an imagenet-shards manifest (format is not {FORMAT!r})")
     if m.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path} has format_version {m.get('format_version')}; this tool reads {FORMAT_VERSION}")
+        raise ManifestError(f"{where} has format_version {m.get('format_version')}; this tool reads "
+                            f"{FORMAT_VERSION}")
+    if not isinstance(m.get("splits"), dict) or not m["splits"]:
+        raise ManifestError(f"{where} has no splits: rerun prepare-shards to rewrite it")
     return m
+
+
+def split_shards(manifest: dict, data, split: str) -> list[Shard]:
+    """The split's shards in manifest order, with URLs resolved against DATA; ManifestError for an
+    unknown split or a malformed shard entry."""
+    splits = manifest["splits"]
+    if split not in splits:
+        raise ManifestError(f"split {split!r} is not in the manifest (has: {', '.join(sorted(splits))})")
+    try:
+        out = [Shard(shard_url(str(data), s["url"]), int(s["num_samples"])) for s in splits[split]["shards"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ManifestError(f"manifest split {split!r}: malformed shard entry ({e!r}); run audit-shards") from None
+    if any(s.num_samples < 0 for s in out):
+        raise ManifestError(f"manifest split {split!r}: a shard entry has a negative num_samples; run audit-shards")
+    return out

@@ -6,7 +6,9 @@
 - stats: per-class counts of each split (from the manifest) and the distribution of stored image
   sizes (from the samples' json, read from a spread of shards);
 - one sample by key: its json and where it lives, and optionally its three files.
-Pillow only. Reads go through imagenet_shards.pipeline.storage.fs and the tar reader of imagenet_shards.pipeline.audit.run.
+Pillow only. Reads go through imagenet_shards.pipeline.storage; the manifest is read by
+imagenet_shards.pipeline.format.manifest and the shards by the strict mode of the one tar reader,
+imagenet_shards.pipeline.format.tar.
 """
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageFont
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.audit.run import AuditError, load_manifest
-from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar, split_name
+from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest
+from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 
 TILE = 160  # image area of one contact-sheet tile, pixels
 LINE = 13  # caption line height
 CAPTION_LINES = 3
 PAD = 4
 BG, FG, DIM, BAD = (255, 255, 255), (0, 0, 0), (110, 110, 110), (200, 0, 0)
+
+
+class InspectError(Exception):
+    """inspect-shards cannot do what was asked; the message is one line."""
 
 
 @dataclass
@@ -58,25 +64,22 @@ def iter_samples(data: str, urls: list[str], want=None):
     decline a member's bytes (they are skipped, not read, where the file can seek)."""
     for url in urls:
         with storage.open_url(storage.join(data, url), "rb") as f:
-            r = HashingReader(f, algorithms=(), block=1 << 16)
             current = None
 
-            def take(name):
-                key, ext = split_name(name)
+            def take(key, ext):
                 so_far = current if current is not None and current.key == key else Sample(key, url)
                 return want is None or want(key, ext, so_far)
 
             try:
-                for m in iter_tar(r, want=take):
-                    key, ext = split_name(m.name)
-                    if current is None or current.key != key:
+                for m in iter_tar(HashingReader(f, algorithms=(), block=1 << 16), want=take, where=url):
+                    if current is None or current.key != m.key:
                         if current is not None:
                             yield current
-                        current = Sample(key, url)
+                        current = Sample(m.key, url)
                     if m.data is not None:
-                        current.files[ext] = m.data
+                        current.files[m.ext] = m.data
             except TarFormatError as e:
-                raise AuditError(f"{url}: {e.detail} (run audit-shards)") from None
+                raise InspectError(str(e)) from None
             if current is not None:
                 yield current
 
@@ -93,7 +96,7 @@ def parse_classes(spec: str | None, classes: list[dict]) -> set[int] | None:
         elif item.isdigit() and int(item) < len(classes):
             out.add(int(item))
         else:
-            raise AuditError(f"--classes: {item!r} is neither a WNID nor a label in this shard set's class table")
+            raise InspectError(f"--classes: {item!r} is neither a WNID nor a label in this shard set's class table")
     return out
 
 
@@ -107,7 +110,7 @@ def _label(data: bytes | None) -> int | None:
 def pick_samples(data: str, manifest: dict, *, split: str, n: int, labels: set[int] | None = None) -> list[Sample]:
     """The first n samples of `split` in shard order (shards are already shuffled) whose .cls is in `labels`."""
     if split not in manifest["splits"]:
-        raise AuditError(f"the manifest has no split {split} (it has {', '.join(sorted(manifest['splits']))})")
+        raise InspectError(f"the manifest has no split {split} (it has {', '.join(sorted(manifest['splits']))})")
     urls = [sh["url"] for sh in manifest["splits"][split]["shards"]]
 
     def want(key, ext, so_far):  # .cls comes before .jpg in a shard: skip the images of other classes
@@ -264,14 +267,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-shards", type=int, default=16,
                    help="--stats: read image sizes from at most this many shards, spread out (0: all)")
     p.add_argument("--key", default=None, help="show one sample's json and where it lives")
-    p.add_argument("--extract", metavar="DIR", default=None, help="with --key: write KEY.cls, KEY.jpg, KEY.json here")
-    p.add_argument("--out", metavar="PNG", default=None, help="where to write the contact sheet or the stats")
+    p.add_argument("--extract", metavar="DIR", default=None,
+                   help="with --key: write KEY.cls, KEY.jpg, KEY.json in this local folder")
+    p.add_argument("--out", metavar="PNG", default=None,
+                   help="local file to write the contact sheet or the stats to")
     storage.add_storage_option(p)
     return p
 
 
+def local_arg(flag: str, value: str | None) -> str | None:
+    """The local path an argument that only writes locally names (a plain path or file://); a remote URL
+    is refused with InspectError, before anything is created."""
+    if value is None:
+        return None
+    path = storage.local_path(value)
+    if path is None:
+        raise InspectError(f"{flag} takes a local path, not a URL ({storage.redact(value)}): write here, then copy")
+    return path
+
+
 def _run(args) -> int:
-    manifest = load_manifest(args.data)
+    args.extract, args.out = local_arg("--extract", args.extract), local_arg("--out", args.out)
+    manifest = read_manifest(args.data)
     if args.key:
         s = find_sample(args.data, manifest, args.key, [args.split] if args.split else None)
         if s is None:
@@ -290,18 +307,18 @@ def _run(args) -> int:
             print(f"extracted {len(s.files)} files to {args.extract}")
         return 0
     if not args.out:
-        raise AuditError("--out PNG is required for the contact sheet and --stats")
+        raise InspectError("--out PNG is required for the contact sheet and --stats")
     if args.stats:
         sizes, read, total = sample_sizes(args.data, manifest, max_shards=args.max_shards)
         img, _ = draw_stats(manifest, sizes, f"from {read} of {total} shards")
     else:
         split = args.split or "val"
         if args.n < 1:
-            raise AuditError("--n must be at least 1")
+            raise InspectError("--n must be at least 1")
         picked = pick_samples(args.data, manifest, split=split, n=args.n,
                               labels=parse_classes(args.classes, manifest["classes"]))
         if not picked:
-            raise AuditError(f"no samples of {split}" + (f" in classes {args.classes}" if args.classes else ""))
+            raise InspectError(f"no samples of {split}" + (f" in classes {args.classes}" if args.classes else ""))
         img, tiles = draw_contact_sheet(picked, manifest["classes"], cols=args.cols)
         bad = sum(1 for t in tiles if t.json_wnid != t.wnid)
         print(f"{len(tiles)} {split} samples" + (f"; {bad} captions in red: .cls and json disagree" if bad else ""))
@@ -315,7 +332,7 @@ def main(argv=None) -> int:
     try:
         storage.apply_storage_options(args.data, args.storage_option)
         return _run(args)
-    except (AuditError, OSError) as e:
+    except (InspectError, ManifestError, OSError) as e:
         print(f"inspect-shards: error: {storage.redact(e)}", file=sys.stderr)
         return 2
 

@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from imagenet_shards.train.loader import dataset as D
+from imagenet_shards.train import loader as D
 
 Epochs = Callable[[int], Iterable]
 

@@ -15,7 +15,7 @@ from imagenet_shards.train.bench import peers as P
 from imagenet_shards.train.bench.baselines import baselines, export_image_folder
 from imagenet_shards.train.bench.measure import our_stream
 from imagenet_shards.train.bench.timing import BatchStream, summarize, time_stream, wait_until_idle
-from imagenet_shards.train.loader import dataset as D
+from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import decode as dec
 
 FIGURES = ("images_per_s", "images_per_s_best", "images_per_s_per_worker", "images_per_cpu_s", "speedup",

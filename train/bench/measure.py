@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from imagenet_shards.train.bench.timing import BatchStream, summarize, time_stream
-from imagenet_shards.train.loader import dataset as D
+from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import decode as dec
 
 

@@ -1,6 +1,6 @@
 """A local copy of remote shards for multi-epoch training: fetch each shard once, read it from disk after.
 
-``ShardCache(dir, max_bytes).open(url)`` is an opener for ``imagenet_shards.train.loader.dataset.read_shard``: a local path is
+``ShardCache(dir, max_bytes).open(url)`` is an opener for ``imagenet_shards.train.loader.reading.read_shard``: a local path is
 opened directly (nothing to cache); a remote shard is served from the cache folder when it is
 there, else downloaded whole (through ``imagenet_shards.pipeline.storage.fs``, so with retries and resume) to a temp
 file, renamed into place, and opened. The cache holds at most ``max_bytes``: after each download

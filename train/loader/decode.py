@@ -327,23 +327,30 @@ def decode_label(data: bytes) -> int:
 
 # ----------------------------------------------------------------------------- optional augmentations
 
-AUGS = (None, "ra", "ta", "aa", "jitter")
-
-
-def make_aug(aug: str | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """torchvision v2 augmentation on a uint8 [3,H,W] tensor, or None. RandomErasing is not here:
-    it belongs after normalization, on the device (trainer)."""
-    if aug not in AUGS:
-        raise ValueError(f"unknown aug {aug!r}; choose one of none, ra, ta, aa, jitter")
-    if aug is None:
-        return None
-    from torchvision.transforms import v2
+def _aug_factories() -> dict:
+    from torchvision.transforms import v2  # imported only when an augmentation is used
     return {
         "ra": lambda: v2.RandAugment(num_ops=2, magnitude=9),
         "ta": lambda: v2.TrivialAugmentWide(),
         "aa": lambda: v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET),
         "jitter": lambda: v2.ColorJitter(0.4, 0.4, 0.4),
-    }[aug]()
+    }
+
+
+# The one list of augmentation names (train-imagenet --aug takes exactly these; "none", or None, is
+# no augmentation): RandAugment(2, 9), TrivialAugmentWide, AutoAugment(ImageNet), ColorJitter(0.4).
+AUG_NAMES = ("none", "ra", "ta", "aa", "jitter")
+
+
+def make_aug(aug: str | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """torchvision v2 augmentation named ``aug`` (one of ``AUG_NAMES``) on a uint8 [3,H,W] tensor, or
+    None for "none"/None. RandomErasing is not here: it belongs after normalization, on the device
+    (trainer)."""
+    if aug is not None and aug not in AUG_NAMES:
+        raise ValueError(f"unknown aug {aug!r}; choose one of {', '.join(AUG_NAMES)}")
+    if aug in (None, "none"):
+        return None
+    return _aug_factories()[aug]()
 
 
 def apply_aug(aug, img: torch.Tensor, seed: int) -> torch.Tensor:

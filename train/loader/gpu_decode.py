@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader.dataset import Shard, epoch_plan, open_url, read_manifest, read_pieces, shuffle_buffer, split_shards
+from imagenet_shards.train.loader import Shard, epoch_plan, open_url, read_manifest, read_pieces, shuffle_buffer, split_shards
 from imagenet_shards.train.loader.cache import ShardCache
 
 log = logging.getLogger(__name__)

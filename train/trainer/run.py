@@ -116,7 +116,7 @@ def _dataset_size(config: TrainConfig) -> tuple[int, int]:
     """(num_classes, train samples) from the manifest; ImageNet-1k's for --synthetic-data alone."""
     if not config.data:
         return 1000, IMAGENET_TRAIN_SAMPLES
-    from imagenet_shards.train.loader.dataset import read_manifest
+    from imagenet_shards.pipeline.format.manifest import read_manifest
     try:
         manifest = read_manifest(config.data)
         return len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])

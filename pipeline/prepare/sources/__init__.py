@@ -18,8 +18,9 @@ from imagenet_shards.pipeline.prepare.sources import archives, huggingface
 from imagenet_shards.pipeline.prepare.sources.huggingface import SEQUENTIAL_KINDS
 from imagenet_shards.pipeline.prepare.sources.labels import (read_devkit, val_labels_from_devkit,
                                                              val_labels_from_kaggle_csv)
+from imagenet_shards.pipeline.format.keys import key_for
 from imagenet_shards.pipeline.prepare.sources.records import (NOT_REGULAR, UNSAFE_KEY, WNID_RE, Member, SourceError,
-                                                              SourceIndex, Unusable, key_for, unsafe_key)
+                                                              SourceIndex, Unusable, unsafe_key)
 
 SPLIT_FLAGS = {"train": "--train", "val": "--val", "test": "--test"}
 

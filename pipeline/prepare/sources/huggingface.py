@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Iterator
 
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
+from imagenet_shards.pipeline.format.keys import key_for
 from imagenet_shards.pipeline.prepare.sources.records import (NOT_REGULAR, UNSAFE_KEY, Member, SourceError, SourceIndex,
-                                                              Unusable, key_for, unsafe_key)
+                                                              Unusable, unsafe_key)
 
 HF_NAME_RE = re.compile(r"^(?P<stem>.+?)_(?P<wnid>n\d{8})(?P<ext>\.[A-Za-z0-9]+)$")
 TRAIN_STEM_RE = re.compile(r"^(n\d{8})_")

@@ -11,7 +11,6 @@ Directories are containers, not inputs, and are not listed.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -71,13 +70,6 @@ class SourceIndex:
         for m in self.members:
             h.update(f"{m.source}\0{m.size}\n".encode())
         return "index-sha256:" + h.hexdigest()
-
-
-def key_for(filename: str) -> str:
-    """Sample key = file stem; dots would split a webdataset key, so they become underscores."""
-    stem = os.path.basename(filename)
-    stem = stem.rsplit(".", 1)[0] if "." in stem[1:] else stem
-    return stem.replace(".", "_")
 
 
 def unsafe_key(key: str) -> str | None:

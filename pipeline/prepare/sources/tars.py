@@ -7,8 +7,8 @@ import os
 import tarfile
 from pathlib import Path
 
-from imagenet_shards.pipeline.prepare.sources.records import (NOT_REGULAR, UNSAFE_KEY, SourceError, Unusable,
-                                                              key_for, unsafe_key)
+from imagenet_shards.pipeline.format.keys import key_for
+from imagenet_shards.pipeline.prepare.sources.records import NOT_REGULAR, UNSAFE_KEY, SourceError, Unusable, unsafe_key
 
 
 def _not_regular(ti: tarfile.TarInfo) -> str:

@@ -67,13 +67,13 @@ def test_contact_sheet_captions_match_labels(shard_set, manifest, members, synth
     assert "10 val samples" in capsys.readouterr().out
 
 
-def test_contact_sheet_class_filter(shard_set, manifest):
+def test_contact_sheet_class_filter(shard_set, manifest, tmp_path):
     wnid = manifest["classes"][2]["wnid"]
     picked = pick_samples(str(shard_set), manifest, split="train", n=5, labels={2})
     _, tiles = draw_contact_sheet(picked, manifest["classes"])
     assert len(tiles) == 5 and {(t.label, t.wnid) for t in tiles} == {(2, wnid)}
     assert main([str(shard_set), "--split", "train", "--classes", f"{wnid},0", "--n", "3", "--out",
-                 str(shard_set.parent / "f.png")]) == 0
+                 str(tmp_path / "f.png")]) == 0
 
 
 def test_contact_sheet_marks_disagreement(manifest, members):
@@ -119,6 +119,26 @@ def test_errors_exit_2(shard_set, tmp_path, capsys):
     assert main([str(shard_set), "--classes", "n00000000", "--out", str(tmp_path / "g.png")]) == 2
     err = capsys.readouterr().err
     assert all(line.startswith("inspect-shards: error: ") for line in err.splitlines()) and err.count("\n") == 3
+
+
+@pytest.mark.parametrize("args", [["--key", "KEY", "--extract", "s3://bucket/ex"],
+                                  ["--key", "KEY", "--extract", "https://user:secret@host/ex"],
+                                  ["--out", "gs://bucket/grid.png"], ["--stats", "--out", "s3://bucket/stats.png"]])
+def test_local_only_arguments_refuse_urls(shard_set, members, args, tmp_path, monkeypatch, capsys):
+    """--extract and --out write local files: a URL is refused (exit 2, one line), nothing is created."""
+    key = sorted(k for k in members if k.startswith("ILSVRC2012_val"))[0]
+    monkeypatch.chdir(tmp_path)
+    assert main([str(shard_set), *[key if a == "KEY" else a for a in args]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inspect-shards: error: ") and err.count("\n") == 1
+    assert "takes a local path, not a URL" in err and "secret" not in err
+    assert list(tmp_path.iterdir()) == []  # no ./s3: folder or the like
+
+
+def test_file_url_is_a_local_path(shard_set, members, tmp_path, capsys):
+    key = sorted(k for k in members if k.startswith("ILSVRC2012_val"))[0]
+    assert main([str(shard_set), "--key", key, "--extract", f"file://{tmp_path}/ex"]) == 0
+    assert sorted(p.name for p in (tmp_path / "ex").iterdir()) == [f"{key}.cls", f"{key}.jpg", f"{key}.json"]
 
 
 def test_sheet_decodes_via_pillow_alone():

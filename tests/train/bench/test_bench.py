@@ -33,7 +33,7 @@ def no_peers(monkeypatch):
 @pytest.fixture(scope="module")
 def bench_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
-    write_shard_set(root, num_samples=48, num_shards=3, num_classes=4, content="texture", size=(96, 72))
+    write_shard_set(root, train=48, shard_samples=16, num_classes=4, content="texture", size=(96, 72))
     return str(root)
 
 

@@ -245,7 +245,15 @@ def test_turbo_missing_extension_is_a_clear_error(monkeypatch):
 
 # ----------------------------------------------------------------------------- augmentations
 
-@pytest.mark.parametrize("name", ["ra", "ta", "aa", "jitter"])
+def test_aug_names_are_the_one_list():
+    """AUG_NAMES (what train-imagenet --aug offers) is exactly what make_aug accepts."""
+    assert dec.AUG_NAMES[0] == "none" and dec.make_aug("none") is None and dec.make_aug(None) is None
+    assert all(callable(dec.make_aug(name)) for name in dec.AUG_NAMES[1:])
+    with pytest.raises(ValueError, match="choose one of none, ra, ta, aa, jitter"):
+        dec.make_aug("cutmix")
+
+
+@pytest.mark.parametrize("name", [n for n in dec.AUG_NAMES if n != "none"])
 def test_augs_stay_uint8_and_are_seeded(photo, name):
     aug = dec.make_aug(name)
     img = torch.from_numpy(np.ascontiguousarray(dec.decode_val(photo, resize=80, crop=64)))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import random
 import socket
+import tarfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.fixtures.loader import index_of, sample_key, write_shard_set
-from imagenet_shards.train.loader import dataset as D
+from tests.fixtures.loader import index_of, key_index, sample_key, write_shard_set
+from imagenet_shards.train import loader as D
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -20,18 +21,16 @@ C = 7           # classes
 B = 4           # batch size
 RES = 16        # train crop
 VAL = (20, 16)  # val resize, crop
-
-
-def _set(tmp_path_factory, shards, n=N, **kw):
-    root = tmp_path_factory.mktemp(f"s{shards}")
-    write_shard_set(root, split="train", num_samples=n, num_shards=shards, num_classes=C, size=(32, 24), **kw)
-    write_shard_set(root, split="val", num_samples=n, num_shards=shards, num_classes=C, size=(24, 32), **kw)
-    return str(root)
+SHARDS = {1: 50, 7: 8, 17: 3}  # shards per split -> prepare-shards' --shard-samples for N samples
 
 
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory):
-    return {s: _set(tmp_path_factory, s) for s in (1, 7, 16)}
+    """Shard sets of N train + N val samples in 1, 7 and 17 shards per split, by prepare-shards."""
+    return {shards: str(write_shard_set(tmp_path_factory.mktemp(f"s{shards}") / "out", train=N, val=N,
+                                        shard_samples=per_shard, num_classes=C,
+                                        size={"train": (32, 24), "val": (24, 32)}))
+            for shards, per_shard in SHARDS.items()}
 
 
 def loader(data, split="train", batch_size=B, **kw):
@@ -104,32 +103,53 @@ def test_shuffle_buffer_permutes_deterministically():
 def test_read_shard_mid_range(sets):
     m = D.read_manifest(sets[1])
     (shard,) = D.split_shards(m, sets[1], "train")
+    with tarfile.open(shard.url) as tf:  # the shard's sample order, read independently of our reader
+        keys = list(dict.fromkeys(name.split(".")[0] for name in tf.getnames()))
+    assert sorted(map(key_index, keys)) == list(range(N))
     recs = list(D.read_shard(shard.url, 5, 9))
-    assert [r.key for r in recs] == [sample_key("train", i, i % C) for i in range(5, 9)]
-    assert all(r.jpg and r.cls == str(int(r.key.split("_")[-1]) % C).encode() for r in recs)
+    assert [r.key for r in recs] == keys[5:9]
+    assert all(r.jpg and r.cls == str(key_index(r.key) % C).encode() for r in recs)
     with pytest.raises(ValueError, match="audit-shards"):
         list(D.read_shard(shard.url, 0, N + 1))
 
 
-def test_manifest_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="manifest.json"):
-        D.read_manifest(str(tmp_path))
-    (tmp_path / "manifest.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        D.read_manifest(str(tmp_path))
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": "x"}))
-    with pytest.raises(ValueError, match="splits"):
-        D.read_manifest(str(tmp_path))
-    write_shard_set(tmp_path / "ok", num_samples=4, num_shards=1)
-    with pytest.raises(ValueError, match="split 'val' is not in the manifest"):
-        D.make_loader(str(tmp_path / "ok"), "val", 2)
+def test_damaged_shard_names_the_redacted_url_and_offset(sets):
+    """The lenient reader tolerates a missing end marker but not a cut member or a bad header."""
+    import io
+    (shard,) = D.split_shards(D.read_manifest(sets[1]), sets[1], "train")
+    with open(shard.url, "rb") as f:
+        raw = f.read()
+    url = "https://user:secret@host/train/imagenet1k-train-000000.tar"
+    served = {}
+    opener = lambda u, mode: io.BytesIO(served[u])  # noqa: E731
+
+    with tarfile.open(shard.url) as tf:
+        members = tf.getmembers()
+    jpg = [m for m in members if m.name.endswith(".jpg")][N // 2]
+    served[url] = raw[:jpg.offset_data + 50]  # cut inside a member
+    with pytest.raises(ValueError, match=rf"host/train/imagenet1k-train-000000.tar: member {jpg.name} at byte "
+                                         rf"{jpg.offset} is cut short .*run audit-shards") as e:
+        list(D.read_shard(url, opener=opener))
+    assert "secret" not in str(e.value)
+    damaged = bytearray(raw)
+    damaged[jpg.offset + 20] ^= 1  # in its header's name field
+    served[url] = bytes(damaged)
+    with pytest.raises(ValueError, match=f"invalid tar header at byte {jpg.offset} .*run audit-shards"):
+        list(D.read_shard(url, opener=opener))
+    served[url] = raw[:len(raw) - 1024]  # no end-of-archive marker: read like tar(1) does
+    assert len(list(D.read_shard(url, opener=opener))) == N
+
+
+def test_unknown_split_is_refused(sets):
+    with pytest.raises(ValueError, match="split 'test' is not in the manifest"):
+        D.make_loader(sets[1], "test", 2)
 
 
 # ----------------------------------------------------------------------------- the matrix (simulated ranks)
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("workers", [0, 1, 3])
-@pytest.mark.parametrize("shards", [1, 7, 16])
+@pytest.mark.parametrize("shards", list(SHARDS))
 def test_matrix_exact_epochs(sets, shards, workers):
     data = sets[shards]
     for world in (1, 2):
@@ -179,13 +199,32 @@ def test_persistent_workers_follow_set_epoch_and_resolution(sets):
 
 @pytest.fixture(scope="module")
 def bad_set(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bad")
+    """42 train samples in 3 shards, 21 val in 2; train 3 and 30 and val 5 undecodable, train 11 without .cls."""
+    root = tmp_path_factory.mktemp("bad") / "out"
     corrupt = [sample_key("train", 3, 3 % C), sample_key("train", 30, 30 % C)]
-    write_shard_set(root, split="train", num_samples=42, num_shards=3, num_classes=C, size=(32, 24),
-                    corrupt_keys=corrupt, missing_cls_keys=[sample_key("train", 11, 11 % C)])
-    write_shard_set(root, split="val", num_samples=21, num_shards=2, num_classes=C, size=(32, 24),
-                    corrupt_keys=[sample_key("val", 5, 5 % C)])
+    write_shard_set(root, train=42, val=21, shard_samples=14, num_classes=C, size=(32, 24),
+                    corrupt_keys=corrupt + [sample_key("val", 5, 5 % C)],
+                    missing_cls_keys=[sample_key("train", 11, 11 % C)])
     return str(root), corrupt + [sample_key("train", 11, 11 % C)]
+
+
+def shard_keys(data: str, split: str) -> list[list[str]]:
+    """Sample keys of each shard of ``split``, in manifest and file order (read with plain tarfile)."""
+    out = []
+    for shard in D.split_shards(D.read_manifest(data), data, split):
+        with tarfile.open(shard.url) as tf:
+            out.append(list(dict.fromkeys(name.split(".")[0] for name in tf.getnames())))
+    return out
+
+
+def expected_duplicates(data: str, bad_keys, *, batch_size: int, workers: int) -> int:
+    """Train slots refilled with a used sample (shuffle_buffer=1, rank 0 of 1, seed 0, epoch 0): per
+    worker, the bad samples in its range beyond its spares."""
+    keys = shard_keys(data, "train")
+    plans = D.epoch_plan([len(k) for k in keys], batch_size=batch_size, rank=0, world_size=1,
+                         workers=max(1, workers), train=True)
+    bad = [sum(k in bad_keys for q in p.pieces for k in keys[q.shard][q.start:q.stop]) for p in plans]
+    return sum(max(0, b - p.spares) for b, p in zip(bad, plans))
 
 
 @pytest.mark.timeout(120)
@@ -199,8 +238,10 @@ def test_bad_samples_skipped_replaced_and_reported(bad_set, workers, caplog):
     seen = [i for b in got for i in b]
     assert not {3, 11, 30} & set(seen)
     assert ld.stats["bad_samples"] == 3 and sorted(ld.stats["bad_keys"]) == sorted(bad_keys)
-    # 40 slots, 39 good samples available: one slot must repeat a sample, and is counted
-    assert ld.stats["duplicated"] == 1 and len(set(seen)) == 39
+    # 40 slots, 39 good samples: at least one slot repeats a sample, counted; exactly as many as the
+    # workers whose range holds more bad samples than spares must repeat
+    dup = expected_duplicates(data, bad_keys, batch_size=8, workers=workers)
+    assert dup >= 1 and ld.stats["duplicated"] == dup and len(set(seen)) == 40 - dup
     assert any(bad_keys[0] in r.getMessage() for r in caplog.records)
 
     val = loader(data, "val", batch_size=8, workers=workers)
@@ -216,6 +257,36 @@ def test_strict_raises_with_key_and_shard(bad_set, workers):
     keys = "|".join(bad_keys)
     with pytest.raises(D.BadSampleError, match=rf"bad sample '({keys})' in .*imagenet1k-train-00000\d\.tar"):
         collect(loader(data, batch_size=8, workers=workers, shuffle_buffer=1, strict=True))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stats_count_a_partly_consumed_epoch(bad_set, workers):
+    """An epoch cut short (train-imagenet --limit-batches) still reports what it yielded, bad samples included."""
+    data, bad_keys = bad_set
+    keys = shard_keys(data, "train")
+    plans = D.epoch_plan([len(k) for k in keys], batch_size=8, rank=0, world_size=1, workers=max(1, workers),
+                         train=True)
+    # per batch of worker 0, in order: the bad samples skipped while filling it (shuffle_buffer=1: file order)
+    stream = iter([k for q in plans[0].pieces for k in keys[q.shard][q.start:q.stop]])
+    bad_per_batch = []
+    for _ in plans[0].batch_sizes:
+        good = bad = 0
+        while good < 8 and (k := next(stream, None)) is not None:
+            bad += k in bad_keys
+            good += k not in bad_keys
+        bad_per_batch.append(bad)
+    cut = next(i for i, b in enumerate(bad_per_batch) if b) + 1  # the first batch that skipped one
+    ld = loader(data, batch_size=8, workers=workers, shuffle_buffer=1)
+    assert cut < len(ld)
+    stride = 2 if workers == 2 else 1  # the DataLoader takes the workers' batches in turn
+    taken = (cut - 1) * stride + 1
+    for i, _ in enumerate(ld):
+        if i + 1 == taken:
+            break
+    assert ld.stats["batches"] == taken and ld.stats["samples"] == 8 * taken
+    assert ld.stats["bad_samples"] >= sum(bad_per_batch[:cut]) > 0
+    if workers == 0:
+        assert ld.stats["bad_samples"] == sum(bad_per_batch[:cut])
 
 
 def test_bad_samples_use_spares_first(bad_set):
@@ -235,16 +306,17 @@ def test_val_crop_matches_torchvision_reference(tmp_path):
     import torchvision.transforms as T
     from PIL import Image
 
-    write_shard_set(tmp_path, split="val", num_samples=6, num_shards=2, num_classes=3, content="texture",
-                    size=[(160, 120), (97, 150), (150, 101)])
-    ld = D.make_loader(str(tmp_path), "val", 4, workers=0, val_resize=72, val_crop=64)
+    data = str(write_shard_set(tmp_path / "out", val=6, shard_samples=4, num_classes=3, content="texture",
+                               size=[(160, 120), (97, 150), (150, 101)]))
+    ld = D.make_loader(data, "val", 4, workers=0, val_resize=72, val_crop=64)
     out = [(x, y) for x, y in ld]
     images = torch.cat([x for x, _ in out])
     labels = torch.cat([y for _, y in out])
-    assert labels.tolist() == [i % 3 for i in range(6)]
+    shards = D.split_shards(D.read_manifest(data), data, "val")
+    recs = [r for s in shards for r in D.read_shard(s.url)]  # eval order: manifest order, as read
+    assert sorted(key_index(r.key) for r in recs) == list(range(6))
+    assert labels.tolist() == [key_index(r.key) % 3 for r in recs]
     ref_tf = T.Compose([T.Resize(72), T.CenterCrop(64), T.PILToTensor()])
-    shards = D.split_shards(D.read_manifest(str(tmp_path)), str(tmp_path), "val")
-    recs = [r for s in shards for r in D.read_shard(s.url)]
     for img, rec in zip(images, recs):
         ref = ref_tf(Image.open(io.BytesIO(rec.jpg)).convert("RGB"))
         diff = (img.int() - ref.int()).abs()
@@ -258,10 +330,10 @@ def test_train_labels_and_crops_come_through(sets):
     assert len(got) == N // B
 
 
-def test_importing_train_data_is_light():
+def test_importing_the_loader_is_light():
     import subprocess
     import sys
-    code = ("import sys, imagenet_shards.train.loader.dataset; heavy = [m for m in ('torchvision', 'webdataset', 'fsspec') if m in sys.modules];"
+    code = ("import sys, imagenet_shards.train.loader; heavy = [m for m in ('torchvision', 'webdataset', 'fsspec') if m in sys.modules];"
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
@@ -365,8 +437,9 @@ def test_round_trip_with_prepare_shards(tmp_path):
 @pytest.mark.timeout(600)
 def test_worker_rss_does_not_grow_across_epochs(tmp_path):
     import os
-    write_shard_set(tmp_path, num_samples=600, num_shards=3, num_classes=C, content="texture", size=(128, 96))
-    ld = D.make_loader(str(tmp_path), "train", 16, workers=1, persistent_workers=True, res=64, shuffle_buffer=200)
+    data = write_shard_set(tmp_path / "out", train=600, shard_samples=200, num_classes=C, content="texture",
+                           size=(128, 96))
+    ld = D.make_loader(str(data), "train", 16, workers=1, persistent_workers=True, res=64, shuffle_buffer=200)
 
     def worker_rss_mib() -> int:
         for entry in os.listdir("/proc"):

@@ -1,0 +1,113 @@
+"""Checks of one shard against its manifest entry, and of each sample against docs/format.md: pure
+functions of (manifest entry, `ShardObservation`, class table) -> [Problem]."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+from imagenet_shards.pipeline.audit.observe import SampleObservation, ShardObservation
+from imagenet_shards.pipeline.audit.report import Problem
+from imagenet_shards.pipeline.format.keys import key_for, train_key_wnid
+
+SAMPLE_EXTS = ("cls", "jpg", "json")
+JSON_FIELDS = {"label": int, "wnid": str, "filename": str, "width": int, "height": int,
+               "orig_width": int, "orig_height": int, "fixes": list}
+
+
+def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: str) -> list[Problem]:
+    """The per-sample contract of docs/format.md: members, .cls, json, their agreement, the image bytes."""
+    out = []
+
+    def bad(kind, detail):
+        out.append(Problem(kind, shard, s.key, detail))
+
+    counts = Counter(s.exts)
+    missing = [e for e in SAMPLE_EXTS if e not in counts]
+    extra = sorted(e for e in counts if e not in SAMPLE_EXTS) + sorted(e for e in SAMPLE_EXTS if counts[e] > 1)
+    if missing or extra:
+        bad("sample_members", "; ".join(filter(None, [
+            f"missing {', '.join('.' + e for e in missing)}" if missing else "",
+            f"unexpected or repeated {', '.join('.' + e for e in extra)}" if extra else ""])))
+    label = None
+    if s.cls is not None:
+        if re.fullmatch(rb"0|[1-9][0-9]*", s.cls):
+            label = int(s.cls)
+            if not 0 <= label < len(classes):
+                bad("cls_out_of_range", f".cls is {label}, outside [0, {len(classes)})")
+                label = None
+        else:
+            bad("cls_invalid", f".cls is {s.cls[:40]!r}, not a decimal label")
+    meta = None
+    if s.json is not None:
+        try:
+            meta = json.loads(s.json)
+            wrong = [k for k, t in JSON_FIELDS.items() if not isinstance(meta.get(k), t) or meta.get(k) is True]
+            if wrong:
+                bad("json_invalid", f"json lacks or mistypes {', '.join(wrong)}")
+                meta = None
+        except (ValueError, AttributeError):
+            bad("json_invalid", "json does not parse as an object")
+            meta = None
+    if meta is not None:
+        if label is not None and meta["label"] != label:
+            bad("label_mismatch", f".cls says {label} ({classes[label]['wnid']}) but json says {meta['label']}")
+        if 0 <= meta["label"] < len(classes) and classes[meta["label"]]["wnid"] != meta["wnid"]:
+            bad("wnid_mismatch", f"json label {meta['label']} is {classes[meta['label']]['wnid']} in the class "
+                                 f"table but json wnid is {meta['wnid']}")
+        key_wnid = train_key_wnid(s.key)
+        if split == "train" and key_wnid and key_wnid != meta["wnid"]:
+            bad("wnid_mismatch", f"train key names class {key_wnid} but json wnid is {meta['wnid']}")
+        if key_for(meta["filename"]) != s.key:
+            bad("key_mismatch", f"json filename {meta['filename']!r} does not give key {s.key}")
+    if "jpg" in counts:
+        if s.jpg_head != b"\xff\xd8\xff":
+            bad("not_jpeg", f".jpg does not start with a JPEG marker ({s.jpg_head!r})")
+        if s.decode_error is not None:
+            bad("undecodable", s.decode_error)
+        elif s.decoded is not None:
+            fmt, mode, w, h = s.decoded
+            if fmt != "JPEG":
+                bad("not_jpeg", f"decodes as {fmt}, not JPEG")
+            if mode != "RGB":
+                bad("not_rgb", f"decodes as mode {mode}, not 8-bit 3-channel RGB")
+            if meta is not None and (w, h) != (meta["width"], meta["height"]):
+                bad("size_mismatch", f"decodes to {w}x{h} but json says {meta['width']}x{meta['height']}")
+    return out
+
+
+def sample_wnid(s: SampleObservation, classes: list[dict]) -> str | None:
+    """The class a sample counts toward: its json wnid, else its .cls's class."""
+    try:
+        return json.loads(s.json)["wnid"]
+    except (TypeError, ValueError, KeyError):
+        pass
+    try:
+        return classes[int(s.cls)]["wnid"]
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def check_shard(entry: dict, obs: ShardObservation, split: str, classes: list[dict]) -> list[Problem]:
+    """A listed shard against its manifest entry: present, size, hashes, tar structure, samples, count."""
+    url = entry["url"]
+    if not obs.exists:
+        return [Problem("shard_missing", url, None, "listed in the manifest but not there")]
+    if obs.read_error:
+        return [Problem("shard_unreadable", url, None, obs.read_error)]
+    out = []
+    if obs.size != entry["bytes"]:
+        short = " (truncated?)" if obs.size < entry["bytes"] else ""
+        out.append(Problem("shard_size", url, None, f"{obs.size} bytes, manifest says {entry['bytes']}{short}"))
+    if obs.sha256 != entry["sha256"]:
+        out.append(Problem("shard_sha256", url, None, f"sha256 {obs.sha256}, manifest says {entry['sha256']}"))
+    if obs.md5 is not None and obs.md5 != entry["md5"]:
+        out.append(Problem("shard_md5", url, None, f"md5 {obs.md5}, manifest says {entry['md5']}"))
+    out += [Problem(kind, url, key, detail) for kind, key, detail in obs.tar_problems]
+    for s in obs.samples:
+        out += check_sample(s, split, classes, url)
+    if len(obs.samples) != entry["num_samples"]:
+        out.append(Problem("shard_count", url, None,
+                           f"{len(obs.samples)} samples, manifest says {entry['num_samples']}"))
+    return out

@@ -1,0 +1,144 @@
+"""Checks of the manifest itself and the files beside it: schema, internal arithmetic, _info.json and
+the wids indexes, files the manifest does not list, per-class counts. Pure functions -> [Problem]."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections import Counter
+
+from imagenet_shards.pipeline.audit.report import Problem
+from imagenet_shards.pipeline.format.manifest import info_json, wids_index
+
+
+def _is_hex(x, n: int) -> bool:
+    return isinstance(x, str) and len(x) == n and all(c in "0123456789abcdef" for c in x)
+
+
+def _count_split(entries: list, split: str) -> int:
+    return sum(1 for r in entries if isinstance(r, dict) and r.get("split") == split)
+
+
+def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
+    """Schema and internal arithmetic of a manifest; returns (problems, splits whose shard list is usable)."""
+    out, usable = [], set()
+
+    def bad(detail, kind="manifest_schema"):
+        out.append(Problem(kind, "manifest.json", None, detail))
+
+    for k, t in {"name": str, "config": dict, "sources": list, "classes": list, "splits": dict,
+                 "rejected": list, "skipped": list, "fixed": dict, "totals": dict}.items():
+        if not isinstance(m.get(k), t):
+            bad(f"'{k}' is missing or not a {t.__name__}")
+    classes = m.get("classes") if isinstance(m.get("classes"), list) else []
+    for i, c in enumerate(classes):
+        if not (isinstance(c, dict) and c.get("index") == i and isinstance(c.get("wnid"), str)
+                and isinstance(c.get("name"), str)):
+            bad(f"classes[{i}] is not {{index: {i}, wnid, name}}")
+            break
+    else:
+        wnids = [c["wnid"] for c in classes]
+        if wnids != sorted(set(wnids)):
+            bad("class WNIDs are not unique and sorted (label = index of the WNID in sorted order)")
+    splits = m.get("splits") if isinstance(m.get("splits"), dict) else {}
+    records = {k: m.get(k) if isinstance(m.get(k), list) else [] for k in ("rejected", "skipped")}
+    urls = Counter()
+    for name, s in sorted(splits.items()):
+        ints = ("num_samples", "num_shards", "images_in", "num_rejected", "num_skipped")
+        if not isinstance(s, dict) or any(not isinstance(s.get(k), int) for k in ints) \
+                or not isinstance(s.get("shards"), list) or not isinstance(s.get("class_counts"), dict):
+            bad(f"splits.{name} lacks {', '.join(ints)}, class_counts or shards")
+            continue
+        shards_ok = True
+        for i, sh in enumerate(s["shards"]):
+            if not (isinstance(sh, dict) and isinstance(sh.get("url"), str) and isinstance(sh.get("num_samples"), int)
+                    and isinstance(sh.get("bytes"), int) and _is_hex(sh.get("sha256"), 64)
+                    and _is_hex(sh.get("md5"), 32)):
+                bad(f"splits.{name}.shards[{i}] lacks url, num_samples, bytes, sha256 or md5")
+                shards_ok = False
+                continue
+            if sh["url"].startswith("/") or ".." in sh["url"].split("/") or "://" in sh["url"]:
+                bad(f"splits.{name}.shards[{i}].url {sh['url']!r} is not relative to DATA")
+                shards_ok = False
+            urls[sh["url"]] += 1
+        if not shards_ok:
+            continue
+        usable.add(name)
+        sums = {"shards": len(s["shards"]), "shard samples": sum(sh["num_samples"] for sh in s["shards"]),
+                "class counts": sum(s["class_counts"].values()),
+                "rejected records": _count_split(records["rejected"], name),
+                "skipped records": _count_split(records["skipped"], name)}
+        said = {"shards": s["num_shards"], "shard samples": s["num_samples"], "class counts": s["num_samples"],
+                "rejected records": s["num_rejected"], "skipped records": s["num_skipped"]}
+        for what in sums:
+            if sums[what] != said[what]:
+                bad(f"splits.{name}: {what} add up to {sums[what]}, not {said[what]}", "manifest_inconsistent")
+        if s["images_in"] != s["num_samples"] + s["num_rejected"] + s["num_skipped"]:
+            bad(f"splits.{name}: images_in {s['images_in']} != num_samples + num_rejected + num_skipped "
+                f"({s['num_samples']} + {s['num_rejected']} + {s['num_skipped']})", "manifest_inconsistent")
+        unknown = sorted(set(s["class_counts"]) - {c.get("wnid") for c in classes if isinstance(c, dict)})
+        if unknown:
+            bad(f"splits.{name}.class_counts names WNIDs not in the class table: {', '.join(unknown[:5])}",
+                "manifest_inconsistent")
+    for url, n in sorted(urls.items()):
+        if n > 1:
+            bad(f"shard {url} is listed {n} times", "manifest_inconsistent")
+    totals = m.get("totals") if isinstance(m.get("totals"), dict) else {}
+    if splits and set(usable) == set(splits):
+        want = {"samples": sum(s["num_samples"] for s in splits.values()),
+                "shards": sum(s["num_shards"] for s in splits.values()),
+                "bytes": sum(sh["bytes"] for s in splits.values() for sh in s["shards"]),
+                "images_in": sum(s["images_in"] for s in splits.values()),
+                "rejected": len(records["rejected"]), "skipped": len(records["skipped"])}
+        for k, v in want.items():
+            if totals.get(k) != v:
+                bad(f"totals.{k} is {totals.get(k)}, the splits add up to {v}", "manifest_inconsistent")
+    return out, usable
+
+
+def _first_difference(a, b, path="") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path or 'list'} has {len(a)} entries, expected {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{path}[{i}]")
+    return f"{path or 'value'} is {json.dumps(a)[:80]}, expected {json.dumps(b)[:80]}"
+
+
+def check_side_files(m: dict, info: dict | None, wids: dict[str, dict | None]) -> list[Problem]:
+    """_info.json and each split's wids index must be exactly what the manifest implies."""
+    out = []
+    want = info_json(m)
+    if info is None:
+        out.append(Problem("info_missing", "_info.json", None, "missing or not JSON"))
+    elif info != want:
+        out.append(Problem("info_mismatch", "_info.json", None, _first_difference(info, want)))
+    for split, got in sorted(wids.items()):
+        name = f"{split}.wids.json"
+        if got is None:
+            out.append(Problem("wids_missing", name, None, "missing or not JSON"))
+        elif got != (want := wids_index(m, split)):
+            out.append(Problem("wids_mismatch", name, None, _first_difference(got, want)))
+    return out
+
+
+def check_extra_files(listed: set[str], found: dict[str, list[str]]) -> list[Problem]:
+    """Files in the split folders that the manifest does not list. `found`: folder -> names in it."""
+    return [Problem("shard_extra", posixpath.join(folder, name), None, "in a split folder but not in the manifest")
+            for folder, names in sorted(found.items()) for name in names
+            if posixpath.join(folder, name) not in listed]
+
+
+def check_class_counts(split: str, manifest_counts: dict, observed: Counter) -> list[Problem]:
+    """Per-class sample counts read from a split's shards against the manifest's `class_counts`."""
+    out = []
+    for wnid in sorted(set(manifest_counts) | set(observed), key=str):
+        want, got = manifest_counts.get(wnid, 0), observed.get(wnid, 0)
+        if want != got:
+            out.append(Problem("class_count", None, None, f"{split} {wnid}: {got} samples, manifest says {want}"))
+    return out

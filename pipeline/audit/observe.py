@@ -1,0 +1,122 @@
+"""Observing one shard: read it once (hashing the same bytes), note every sample's members, label,
+json and a digest of its image (and with `deep`, what a full decode gives).
+
+Runs in worker processes; never raises for bad data: what it cannot read becomes part of the
+observation, for the checks (`checks`) to turn into problems. The tar is read by the strict mode of
+the one tar reader (`imagenet_shards.pipeline.format.tar`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass, field
+
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
+
+DIGEST_BYTES = 16
+REGULAR_TYPES = (b"0", b"\0")  # a shard holds regular files only (tar type 0, or NUL in old headers)
+
+
+@dataclass
+class SampleObservation:
+    key: str
+    exts: list[str]
+    cls: bytes | None = None
+    json: bytes | None = None
+    jpg_head: bytes = b""
+    jpg_size: int = 0
+    digest: bytes = b""  # of the stored image bytes (sha1, truncated), for duplicate detection
+    decoded: tuple | None = None  # deep: (format, mode, width, height)
+    decode_error: str | None = None
+
+
+@dataclass
+class ShardObservation:
+    url: str
+    exists: bool = True
+    read_error: str | None = None
+    size: int | None = None
+    sha256: str | None = None
+    md5: str | None = None
+    tar_problems: list[tuple[str, str | None, str]] = field(default_factory=list)  # (kind, key, detail)
+    samples: list[SampleObservation] = field(default_factory=list)
+    complete: bool = False  # the tar parsed to its end marker
+
+
+def decode_image(data: bytes) -> tuple[tuple | None, str | None]:
+    """Fully decode JPEG bytes: ((format, mode, width, height), None) or (None, the decoder's message)."""
+    from PIL import Image, ImageFile
+
+    saved, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, False
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            return (im.format, im.mode, im.width, im.height), None
+    except Exception as e:  # noqa: BLE001 - any decoder failure is the finding
+        return None, f"{type(e).__name__}: {e}"
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = saved
+
+
+def observe_samples(members, deep: bool, problems: list):
+    """Group consecutive tar members into samples (webdataset's rule); note member-level problems."""
+    current = None
+    for m in members:
+        if m.type not in REGULAR_TYPES:
+            problems.append(("tar_not_regular", None, f"{m.name} is not a regular file (type {m.type!r})"))
+            continue
+        if m.name.startswith("/") or ".." in m.name.split("/"):
+            problems.append(("tar_unsafe_name", None, f"member name {m.name!r} is absolute or climbs out with '..'"))
+        key, ext = m.key, m.ext
+        if current is None or current.key != key:
+            if current is not None:
+                yield current
+            current = SampleObservation(key, [])
+        current.exts.append(ext)
+        if ext == "cls":
+            current.cls = m.data
+        elif ext == "json":
+            current.json = m.data
+        elif ext == "jpg":
+            current.jpg_head, current.jpg_size = m.data[:3], len(m.data)
+            # sha1: hardware-accelerated where sha256 is, fast where it is not; collisions by accident only matter
+            current.digest = hashlib.sha1(m.data).digest()[:DIGEST_BYTES]
+            if deep:
+                current.decoded, current.decode_error = decode_image(m.data)
+    if current is not None:
+        yield current
+
+
+def observe_shard(url: str, *, deep: bool = False) -> ShardObservation:
+    """Read one shard once: size, sha256 (and md5 when deep), tar structure and every sample.
+
+    md5 only proves again what a matching sha256 proves; it is checked with `deep` (it costs as much
+    as sha256 and the content digest together). Never raises for bad data.
+    """
+    obs = ShardObservation(url)
+    try:
+        obs.size = storage.size(url)
+    except FileNotFoundError:
+        obs.exists = False
+        return obs
+    except OSError as e:
+        obs.read_error = f"{type(e).__name__}: {e}"
+        return obs
+    try:
+        with storage.open_url(url, "rb") as f:
+            r = HashingReader(f, ("sha256", "md5") if deep else ("sha256",))
+            try:
+                for sample in observe_samples(iter_tar(r), deep, obs.tar_problems):
+                    obs.samples.append(sample)  # one by one: a fault keeps the samples before it
+                obs.complete = True
+            except TarFormatError as e:
+                obs.tar_problems.append((e.kind, e.key, e.detail))
+                for _ in r.read_rest():  # hash the rest: the file's digest is still worth reporting
+                    pass
+            obs.sha256 = r.hexdigest("sha256")
+            obs.md5 = r.hexdigest("md5") if deep else None
+    except OSError as e:
+        obs.read_error = f"{type(e).__name__}: {e}"
+    return obs

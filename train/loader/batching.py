@@ -1,0 +1,149 @@
+"""Shuffle and batching stages: records -> bounded shuffle -> decode -> whole uint8 batches.
+
+Plain generators over the records of ``reading``. A sample that cannot be used is a bad sample:
+skipped and reported in the batch's ``BatchInfo`` (train batches are refilled from the stream), or
+with ``strict`` a ``BadSampleError``. Decoding itself is ``decode`` (pure, per sample).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Iterable, Iterator, NamedTuple
+
+import numpy as np
+import torch
+
+from imagenet_shards.train.loader import decode as dec
+from imagenet_shards.train.loader.reading import Record
+
+
+class BadSampleError(ValueError):
+    """A sample could not be used (strict mode): the message names the key and the shard."""
+
+
+def shuffle_buffer(items: Iterable, size: int, rng: random.Random, initial: int = 100) -> Iterator:
+    """Bounded shuffle (webdataset's scheme): fill to ``initial``, then yield a random element per
+    element read while growing to ``size``. Memory: ``size`` raw records."""
+    if size <= 1:
+        yield from items
+        return
+    initial = min(initial, size)
+    buf: list = []
+    it = iter(items)
+    for x in it:
+        buf.append(x)
+        if len(buf) < size:
+            nxt = next(it, None)
+            if nxt is not None:
+                buf.append(nxt)
+        if len(buf) >= initial:
+            k = rng.randrange(len(buf))
+            buf[k], buf[-1] = buf[-1], buf[k]
+            yield buf.pop()
+    while buf:
+        k = rng.randrange(len(buf))
+        buf[k], buf[-1] = buf[-1], buf[k]
+        yield buf.pop()
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    train: bool
+    res: int = 224
+    val_resize: int = 256
+    val_crop: int = 224
+    scale: tuple = (0.08, 1.0)
+    ratio: tuple = (3 / 4, 4 / 3)
+    hflip: bool = True
+    decoder: str = "pil"
+    aug: str | None = None
+
+    @property
+    def out_size(self) -> int:
+        return self.res if self.train else self.val_crop
+
+
+def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None) -> tuple[np.ndarray, int]:
+    """(uint8 [3,S,S] array, label) for one record; DecodeError names what is wrong with it."""
+    if rec.jpg is None:
+        raise dec.DecodeError("missing .jpg")
+    if rec.cls is None:
+        raise dec.DecodeError("missing .cls")
+    label = dec.decode_label(rec.cls)
+    if cfg.train:
+        img = dec.decode_train(rec.jpg, res=cfg.res, rng=rng, scale=cfg.scale, ratio=cfg.ratio,
+                               hflip=cfg.hflip, decoder=cfg.decoder)
+        if aug is not None:
+            t = torch.from_numpy(np.ascontiguousarray(img))
+            img = dec.apply_aug(aug, t, rng.getrandbits(63)).numpy()
+    else:
+        img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder)
+    return img, label
+
+
+def _new_batch(n: int, size: int, shared: bool) -> torch.Tensor:
+    shape = (n, 3, size, size)
+    if shared:  # allocate straight in shared memory, as default_collate does: no copy at hand-off
+        try:
+            storage = torch.UntypedStorage._new_shared(math.prod(shape))
+            return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+        except (AttributeError, RuntimeError):
+            pass
+    return torch.empty(shape, dtype=torch.uint8)
+
+
+class BatchInfo(NamedTuple):
+    bad: tuple          # ((key, url, reason), ...) for samples skipped while forming this batch
+    duplicated: int     # train only: slots refilled with an already-used sample (spares ran out)
+
+
+def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeConfig, rng: random.Random, *,
+            fill: bool, strict: bool = False, shared: bool = False, aug=None) -> Iterator[tuple]:
+    """Form batches from records: yields (images uint8 [n,3,S,S], labels int64 [n], BatchInfo).
+
+    fill=True (train): each batch gets exactly its size in *good* samples, pulling further records
+    to replace bad ones; if the records run out, the remaining slots repeat good samples of this
+    (or the previous) batch and count as ``duplicated``. fill=False (eval): batch i is exactly the
+    next ``batch_sizes[i]`` records minus the bad ones; a batch with none left is not yielded.
+    """
+    S = cfg.out_size
+    prev = None
+    for n in batch_sizes:
+        images = _new_batch(n, S, shared)
+        slots = images.numpy()
+        labels = torch.empty(n, dtype=torch.int64)
+        bad, filled, dup, taken = [], 0, 0, 0
+        while filled < n and (fill or taken < n):
+            rec = next(records, None)
+            if rec is None:
+                if not fill:
+                    break
+                src_images, src_labels, src_n = (images, labels, filled) if filled else prev or (None, None, 0)
+                if not src_n:
+                    raise RuntimeError("no decodable sample left in this worker's range: cannot form a "
+                                       "full batch (is every image in these shards bad?)")
+                while filled < n:
+                    slots[filled] = src_images[filled % src_n].numpy()
+                    labels[filled] = src_labels[filled % src_n]
+                    filled += 1
+                    dup += 1
+                break
+            taken += 1
+            try:
+                img, label = decode_record(rec, cfg, rng, aug)
+            except dec.DecodeError as e:
+                if strict:
+                    raise BadSampleError(f"bad sample {rec.key!r} in {rec.url}: {e}") from None
+                bad.append((rec.key, rec.url, str(e)))
+                continue
+            slots[filled] = img
+            labels[filled] = label
+            filled += 1
+        if filled == 0:
+            continue
+        if filled < n:
+            images, labels = images[:filled], labels[:filled]
+        prev = (images, labels, filled)
+        yield images, labels, BatchInfo(tuple(bad), dup)
