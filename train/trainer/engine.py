@@ -183,9 +183,9 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
         close = getattr(it, "close", None)
         if close is not None:
             close()
+        bar.close()
     if interval.seen:  # the loader ended before len() said it would
         flush()
-    bar.close()
     _sync(device)
     end = time.perf_counter()
     cpu_end = process_cpu_seconds()
@@ -216,15 +216,16 @@ def evaluate(model: torch.nn.Module, batches: DevicePrefetcher, *, autocast, inf
     sums = torch.zeros(3, dtype=torch.float64, device=info.device)  # correct@1, correct@5, loss
     samples = 0  # on the host: a per-batch host->device copy would sync every batch
     criterion = torch.nn.CrossEntropyLoss(reduction="sum")
-    for batch in tqdm(batches, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False):
-        with autocast():
-            logits = model(batch.images)
-        logits = logits.float()
-        k = min(5, logits.shape[1])
-        hits = logits.topk(k, dim=1).indices == batch.labels.view(-1, 1)
-        sums += torch.stack([hits[:, 0].sum().double(), hits.any(dim=1).sum().double(),
-                             criterion(logits, batch.labels).double()])
-        samples += batch.labels.shape[0]
+    with tqdm(batches, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False) as bar:
+        for batch in bar:
+            with autocast():
+                logits = model(batch.images)
+            logits = logits.float()
+            k = min(5, logits.shape[1])
+            hits = logits.topk(k, dim=1).indices == batch.labels.view(-1, 1)
+            sums += torch.stack([hits[:, 0].sum().double(), hits.any(dim=1).sum().double(),
+                                 criterion(logits, batch.labels).double()])
+            samples += batch.labels.shape[0]
     totals = torch.cat([sums, torch.tensor([float(samples)], dtype=torch.float64, device=info.device)])
     top1, top5, loss, samples = all_reduce_sum(info, totals).tolist()
     samples = int(round(samples))

@@ -116,7 +116,8 @@ def train(config: TrainConfig) -> dict:
         return _run(config, info, parts, start_epoch=start_epoch, step=step, best_top1=best_top1,
                     res_at=res_at)
     except LoaderError as e:
-        raise TrainError(f"{e} (--data {storage.redact(config.data)}; run audit-shards on it)") from None
+        hint = "" if "audit-shards" in str(e) else f"; run audit-shards {storage.redact(config.data)}"
+        raise TrainError(f"{e}{hint}") from None
 
 
 def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int, step: int,
