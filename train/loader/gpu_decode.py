@@ -316,7 +316,7 @@ class GpuDecodeLoader:
                 if len(good) < n:
                     stats["bad_samples"] += n - len(good)
                     log.warning("skipped %d undecodable JPEGs in a batch", n - len(good))
-                labels = labels.to(self.device, non_blocking=True)
+                labels = labels.to(self.device, non_blocking=self.device.type == "cuda" and labels.is_pinned())
                 if not good:
                     if not train:
                         continue  # eval: no per-batch collectives, the batch is just left out

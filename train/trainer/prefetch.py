@@ -145,6 +145,14 @@ def random_erase(x: torch.Tensor, boxes: np.ndarray, generator: torch.Generator)
     return torch.where(mask, noise.to(x.dtype), x)
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device`; asynchronous only from pinned memory (non_blocking from pageable memory
+    stages through a driver buffer and stalls the stream it is issued on)."""
+    if t.device == device:
+        return t
+    return t.to(device, non_blocking=device.type == "cuda" and t.is_pinned())
+
+
 class LoaderError(RuntimeError):
     """The loader failed (a damaged or missing shard, a storage error); the message is one line."""
 
@@ -193,8 +201,7 @@ class DevicePrefetcher:
         self.generator.manual_seed(int(self.rng.integers(2**62)))
 
     def _prepare(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        images = images.to(self.device, non_blocking=True)
-        labels = labels.to(self.device, non_blocking=True)
+        images, labels = to_device(images, self.device), to_device(labels, self.device)
         x = normalize(images, torch.float32, False)
         targets = labels
         aug = self.aug
