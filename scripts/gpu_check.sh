@@ -1,88 +1,50 @@
 #!/usr/bin/env bash
-# GPU check of the streaming trainer (issue 6), ~5-8 minutes on one GPU with 16 CPU cores:
-#   1. a synthetic ILSVRC2012 (CLASSES x TRAIN_PER_CLASS ~500x375 JPEGs) -> prepare-shards
-#   2. ResNet-50 --amp bf16 --channels-last: --synthetic-data (the model-only ceiling),
-#      the real CPU loader (WORKERS workers), and --gpu-decode; then fp16 + GradScaler briefly
-#   3. a table: img/s, data-wait %, loader efficiency (real / synthetic img/s), peak GPU memory
-# Usage: scripts/gpu_check.sh [WORKDIR]   (default /tmp/gpu-check; reuses shards already there)
-# Knobs (env): PYTHON, WORKERS (16), BATCH (256), RES (176), EPOCHS (2), CLASSES (100),
-#              TRAIN_PER_CLASS (200), ARCH (resnet50), EXTRA (more train-imagenet flags, e.g. --compile)
-# Copy the table into docs/benchmarks.md with the date and the machine.
+# The GPU check of the trainer (issue 11): one call of at most 8 minutes on one GPU + 16 cores. It
+# prints one table and writes WORKDIR/gpu_check.json, and with OUT set also $OUT/gpu_check.json,
+# $OUT/gpu_check.md (the table) and $OUT/runs.tar.gz (each run's metrics.jsonl, log, sync counts).
+#
+#   scripts/gpu_check.sh [--cpu-smoke] [WORKDIR]     (default /tmp/gpu-check, or /tmp/gpu-check-smoke)
+#
+# --cpu-smoke: every step with tiny sizes on the CPU (tests/scripts/test_gpu_check.py runs it).
+# What this wrapper does before scripts/gpu_check.py (docs/training.md, "GPU check"):
+#   - wheels in .whl/ (scripts/fetch_gpu_wheels.sh: webdataset, braceexpand, which prepare-shards
+#     needs and the GPU machine lacks; it reaches no registry) are installed into WORKDIR/site;
+#   - the imagenet_shards namespace is mapped onto this tree by a folder of symlinks (no install);
+#   - the turbo decoder is built if it does not import and cc, jpeglib.h and Python.h are there.
+# A module still missing after that ends the check at once: `error: ... cannot import NAME`.
+# Knob: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-W=${1:-/tmp/gpu-check}
-WORKERS=${WORKERS:-16} BATCH=${BATCH:-256} RES=${RES:-176} EPOCHS=${EPOCHS:-2}
-CLASSES=${CLASSES:-100} TRAIN_PER_CLASS=${TRAIN_PER_CLASS:-200} ARCH=${ARCH:-resnet50} EXTRA=${EXTRA:-}
-say() { printf '[gpu-check %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-"$PYTHON" - <<'PY' || { echo "error: no CUDA device visible to $PYTHON; this check needs a GPU" >&2; exit 2; }
-import sys, torch, torchvision
-ok = torch.cuda.is_available()
-print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
-      f"{torch.cuda.get_device_name(0) if ok else 'no GPU'}", file=sys.stderr)
-sys.exit(0 if ok else 1)
-PY
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2 || true
-CORES=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
-say "CPU cores: $CORES, loader workers: $WORKERS, /dev/shm: $(df -h /dev/shm 2>/dev/null | awk 'NR==2 {print $4 " free"}')"
-
+SMOKE=()
+if [ "${1:-}" = "--cpu-smoke" ]; then SMOKE=(--cpu-smoke); shift; fi
+W=${1:-/tmp/gpu-check${SMOKE[0]:+-smoke}}
+PYTHON=${PYTHON:-python3}
 mkdir -p "$W"
-if [ ! -f "$W/shards/manifest.json" ]; then
-  say "generating ${CLASSES}x${TRAIN_PER_CLASS} train + ${CLASSES}x10 val synthetic JPEGs"
-  rm -rf "$W/src" "$W/shards"
-  "$PYTHON" -m imagenet_shards.pipeline.tools.synthetic.generate "$W/src" --classes "$CLASSES" --train-per-class "$TRAIN_PER_CLASS" \
-    --val-per-class 10 --no-quirks --quiet
-  say "prepare-shards"
-  "$PYTHON" -m imagenet_shards.pipeline.prepare.cli --train "$W/src/ILSVRC2012_img_train.tar" --val "$W/src/ILSVRC2012_img_val.tar" \
-    --devkit "$W/src/ILSVRC2012_devkit_t12.tar.gz" --out "$W/shards" --shard-samples 500 \
-    --workers "$CORES" --quiet
+export PYTHONUNBUFFERED=1
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" .whl/*.whl
+  export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-COMMON=(--data "$W/shards" --arch "$ARCH" --batch-size "$BATCH" --res "$RES" --amp bf16 --channels-last
-        --workers "$WORKERS" --device cuda --lr 0.1 --warmup-epochs 0.5 --log-interval 10)
-run() {  # run NAME FLAGS...: a fresh run dir; the ceiling file goes in so the run prints its efficiency
-  local name=$1; shift
-  rm -rf "$W/$name"; mkdir -p "$W/$name"
-  [ -f "$W/synthetic/synthetic.json" ] && cp "$W/synthetic/synthetic.json" "$W/$name/"
-  say "$name: train-imagenet $*"
-  # progress bars filtered out of stderr; a failed run is reported and the check goes on
-  "$PYTHON" -m train --out "$W/$name" "$@" $EXTRA 2> >(tr '\r' '\n' | grep -v -E 'it/s|s/it|^[[:space:]]*$' >&2) \
-    || say "$name FAILED (exit $?)"
-}
+mkdir -p "$W/shim/imagenet_shards"
+for d in pipeline train manifests; do ln -sfn "$REPO/$d" "$W/shim/imagenet_shards/$d"; done
+export PYTHONPATH="$W/shim${PYTHONPATH:+:$PYTHONPATH}"
 
-run synthetic "${COMMON[@]}" --synthetic-data --epochs 1 --limit-batches 120
-run real "${COMMON[@]}" --epochs "$EPOCHS"
-run gpu-decode "${COMMON[@]}" --epochs "$EPOCHS" --gpu-decode
-# fp16 + GradScaler: a few steps on real data (the ceiling key differs, so no efficiency here)
-run fp16 "${COMMON[@]/bf16/fp16}" --epochs 1 --limit-batches 30
+TURBO="prebuilt"
+if ! "$PYTHON" -c "import importlib.util as u, sys; sys.exit(u.find_spec('imagenet_shards.train.loader._jpegcrop') is None)"; then
+  INC=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+  SUFFIX=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+  if ! command -v cc >/dev/null; then TURBO="not built: no C compiler"
+  elif [ ! -f "$INC/Python.h" ]; then TURBO="not built: no Python.h"
+  elif ! printf '#include <stdio.h>\n#include <jpeglib.h>\n' | cc -E -x c - >/dev/null 2>&1; then
+    TURBO="not built: no jpeglib.h"
+  elif cc -O3 -shared -fPIC -I"$INC" train/loader/_jpegcrop.c -ljpeg -o "train/loader/_jpegcrop$SUFFIX" \
+      2>"$W/turbo-build.log"; then TURBO="built here"
+  else TURBO="not built: compile failed ($W/turbo-build.log)"
+  fi
+fi
+export GPU_CHECK_TURBO_BUILD="$TURBO"
 
-"$PYTHON" - "$W" <<'PY'
-import json, sys
-from pathlib import Path
-w = Path(sys.argv[1])
-ceiling = json.loads((w / "synthetic" / "synthetic.json").read_text())["img_per_s"]
-print()
-print("| run | img/s (steady) | data-wait % | loader efficiency | peak GPU memory GiB | val top-1 | res |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for name in ("synthetic", "real", "gpu-decode", "fp16"):
-    path = w / name / "metrics.jsonl"
-    if not path.exists():
-        print(f"| {name} | (no metrics) | | | | | |"); continue
-    recs = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
-    epochs = [r for r in recs if r["kind"] == "epoch"]
-    if not epochs:
-        print(f"| {name} | (no epoch finished) | | | | | |"); continue
-    last = epochs[-1]
-    eff = last["steady_img_per_s"] / ceiling if name in ("real", "gpu-decode") else None
-    top1 = last.get("val_top1")
-    print(f"| {name} | {last['steady_img_per_s']:.0f} | {100 * last['data_wait_fraction']:.1f} | "
-          f"{'' if eff is None else f'{eff:.3f}'} | {last['gpu_mem_gib']} | "
-          f"{'' if top1 is None else f'{100 * top1:.1f}%'} | {last['res']} |")
-print()
-print("loader efficiency = steady img/s of the last epoch / the --synthetic-data img/s (same arch, batch, res, amp)")
-PY
+exec "$PYTHON" scripts/gpu_check.py ${SMOKE[@]+"${SMOKE[@]}"} --workdir "$W"

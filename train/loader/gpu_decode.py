@@ -1,45 +1,92 @@
-"""`--gpu-decode`: read raw JPEG bytes from the shards on CPU workers, decode and crop on the GPU.
+"""`--gpu-decode`: CPU workers read raw JPEG bytes from the shards; a background thread decodes and
+crops them on the GPU, off the training loop's critical path.
 
 Worker processes only read tars (cheap), following the same per-epoch plan as the CPU loader
-(`imagenet_shards.train.loader.dataset.epoch_plan`: same shard order, equal full batches per train rank, every val sample
-once). The main process decodes each batch with `torchvision.io.decode_jpeg(device="cuda")`
-(nvJPEG, batched) and applies the CPU loader's crop geometry (`imagenet_shards.train.loader.decode`'s
-RandomResizedCrop / Resize+CenterCrop parameters, antialiased bilinear) on the GPU, then the
-random horizontal flip. Output: uint8 [B,3,S,S] on the GPU, the same contract as the CPU loader,
-so the prefetcher and trainer run unchanged. CPU-side policies (--aug) are not applied here.
+(`imagenet_shards.train.loader.plan.epoch_plan`: same shard order, equal full batches per train
+rank, every val sample once). A thread of the main process, on a CUDA stream of its own, decodes
+each batch with `torchvision.io.decode_jpeg(device="cuda")` (nvJPEG, batched) and crops it with the
+CPU loader's geometry (`decode`'s RandomResizedCrop / Resize+CenterCrop parameters, antialiased
+bilinear, flip) in one batched op; finished batches wait in a small queue. Output: uint8
+[B,3,S,S] on the GPU, the CPU loader's contract, so the prefetcher and trainer run unchanged.
 
-The `device` argument exists so the same code can be tested on the CPU; the trainer refuses
-`--gpu-decode` without CUDA.
+Stream safety (pytorch/vision#9606, torchcodec#1634): nvJPEG's hardware engine writes its outputs
+from its own stream without waiting for the stream they were allocated on, so a block the caching
+allocator just recycled on that stream may still be in use by queued kernels. The decode stream is
+therefore drained (host-synchronized) before every decode. Batches cross to the consumer with a
+CUDA event (the consumer's stream waits on it) and `record_stream`, so their memory is not reused
+while the consumer's kernels still read it.
+
+Exact-epoch guarantee: a train batch always has its full size. Images that fail to decode are
+replaced by repeats of the batch's good ones; a batch with none is refilled from the previous
+batch (as the CPU loader refills from earlier samples), so every rank yields exactly `len()`
+batches and DDP collectives stay matched. `device="cpu"` runs the same code (thread, queue,
+refills) with CPU decoding: that is how the tests check it; the trainer refuses --gpu-decode
+without CUDA.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import random
+import threading
+import time
 import warnings
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader import Shard, epoch_plan, open_url, read_manifest, read_pieces, shuffle_buffer, split_shards
 from imagenet_shards.train.loader.cache import ShardCache
+from imagenet_shards.train.loader.gpu_crop import crop_batch
+from imagenet_shards.train.loader.plan import epoch_plan
+from imagenet_shards.train.loader.reading import open_url, read_pieces
+from imagenet_shards.train.loader.batching import shuffle_buffer
 
 log = logging.getLogger(__name__)
+
+QUEUE_BATCHES = 2      # decoded batches waiting for the training loop
+BASELINE, PROGRESSIVE, OTHER = 0, 1, 2  # JPEG coding: nvJPEG's hardware engine takes baseline only
 
 
 def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence([p & 0xFFFFFFFF for p in parts]).generate_state(1, np.uint64)[0])
 
 
+def jpeg_coding(data: bytes) -> int:
+    """BASELINE (SOF0/SOF1, Huffman sequential), PROGRESSIVE (SOF2) or OTHER, from the first SOF
+    marker. Baseline JPEGs can take nvJPEG's hardware engine; the others go to its host path."""
+    i, n = 2, len(data)
+    if data[:2] != b"\xff\xd8":
+        return OTHER
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return OTHER
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xC0, 0xC1):
+            return BASELINE
+        if marker == 0xC2:
+            return PROGRESSIVE
+        if (0xC3 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC)) or marker == 0xDA:
+            return OTHER
+        i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+    return OTHER
+
+
 class RawBatches(IterableDataset):
     """One rank's planned batches as (JPEG bytes concatenated: uint8 [total], offsets int64 [n+1],
-    labels int64 [n]): three tensors per batch cross the worker queue, not one per image.
+    labels int64 [n], codings uint8 [n], counts int64 [skipped, repeated]): a few tensors per batch
+    cross the worker queue, not one per image.
 
-    train: each batch has exactly its size in samples with both .jpg and .cls (spares fill in);
-    eval: the planned samples in order, those without .jpg/.cls left out."""
+    train: each batch has exactly its size in samples with both .jpg and .cls (spares fill in,
+    then repeats); eval: the planned samples in order, those without .jpg/.cls left out."""
 
     def __init__(self, shards: list[Shard], *, batch_size: int, train: bool, workers: int, seed: int,
                  rank: int, world_size: int, shuffle_buffer: int, epoch: int = 0, opener=open_url):
@@ -49,6 +96,7 @@ class RawBatches(IterableDataset):
         self.state = torch.tensor([epoch], dtype=torch.int64).share_memory_()
 
     def plan(self, epoch: int | None = None):
+        """This rank's per-worker plans for `epoch` (default: the current one)."""
         return epoch_plan(self.sizes, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size,
                           workers=max(1, self.workers), train=self.train, seed=self.seed,
                           epoch=int(self.state[0]) if epoch is None else epoch)
@@ -60,11 +108,11 @@ class RawBatches(IterableDataset):
         plan = self.plan(epoch)[worker]
         records = read_pieces(self.shards, plan.pieces, opener=self.opener)
         if self.train:
-            records = shuffle_buffer(records, self.shuffle_buffer, random.Random(_seed(self.seed, epoch, self.rank,
-                                                                                       worker, 1)))
+            rng = random.Random(_seed(self.seed, epoch, self.rank, worker, 1))
+            records = shuffle_buffer(records, self.shuffle_buffer, rng)
         records = iter(records)
         for n in plan.batch_sizes:
-            jpgs, labels, taken = [], [], 0
+            jpgs, labels, taken, skipped, repeated = [], [], 0, 0, 0
             while len(jpgs) < n and (self.train or taken < n):
                 rec = next(records, None)
                 if rec is None:
@@ -76,19 +124,22 @@ class RawBatches(IterableDataset):
                     label = None
                 if rec.jpg is None or label is None:
                     log.warning("skipped sample %r in %s: missing or bad .jpg/.cls", rec.key, rec.url)
+                    skipped += 1
                     continue
                 jpgs.append(rec.jpg)
                 labels.append(label)
             if self.train and len(jpgs) < n:  # out of spares: repeat good samples, as the CPU loader does
                 if not jpgs:
                     raise RuntimeError("no usable sample left in this worker's range")
-                for i in range(n - len(jpgs)):
-                    jpgs.append(jpgs[i])
-                    labels.append(labels[i])
+                repeated = n - len(jpgs)
+                jpgs += [jpgs[i % len(jpgs)] for i in range(repeated)]
+                labels += [labels[i % len(labels)] for i in range(repeated)]
             if jpgs:
                 offsets = np.cumsum([0] + [len(j) for j in jpgs])
                 blob = torch.frombuffer(bytearray(b"".join(jpgs)), dtype=torch.uint8)
-                yield blob, torch.from_numpy(offsets.astype(np.int64)), torch.tensor(labels, dtype=torch.int64)
+                yield (blob, torch.from_numpy(offsets.astype(np.int64)), torch.tensor(labels, dtype=torch.int64),
+                       torch.tensor([jpeg_coding(j) for j in jpgs], dtype=torch.uint8),
+                       torch.tensor([skipped, repeated], dtype=torch.int64))
 
 
 def decode_batch(jpgs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
@@ -110,38 +161,122 @@ def decode_batch(jpgs: list[torch.Tensor], device: torch.device) -> list[torch.T
         return images
 
 
-def crop_batch(images: list[torch.Tensor], boxes: list[tuple[float, float, float, float]], flips: list[bool],
-               size: int) -> torch.Tensor:
-    """Resized crops (antialiased bilinear) of each image's box (top, left, h, w) to size x size,
-    flipped where asked; uint8 [B,3,size,size] on the images' device. Same integer box rounding
-    as the CPU loader's tvio path."""
-    from torchvision.transforms.v2 import functional as F
-    out = torch.empty((len(images), 3, size, size), dtype=torch.uint8, device=images[0].device)
-    for i, (img, (top, left, h, w), flip) in enumerate(zip(images, boxes, flips)):
-        t0, l0 = int(round(top)), int(round(left))
-        crop = F.resized_crop(img, t0, l0, int(round(top + h)) - t0, int(round(left + w)) - l0,
-                              [size, size], antialias=True)
-        out[i] = crop.flip(-1) if flip else crop
-    return out
+class StreamOps:
+    """The CUDA stream hand-off of the decode thread, in one place (no-ops on the CPU)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def context(self):
+        """Make the decode stream (and its device) current in the calling thread."""
+        if self.stream is None:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.cuda.device(self.device))
+        stack.enter_context(torch.cuda.stream(self.stream))
+        return stack
+
+    def drain(self) -> None:
+        """Wait until the decode stream is idle: blocks it freed can be handed to nvJPEG safely."""
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def done(self):
+        """An event marking the end of the work queued so far on the decode stream."""
+        if self.stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+    def hand_over(self, tensors, event) -> None:
+        """In the consumer's thread: its current stream waits for `event`, and the tensors' memory
+        stays reserved until that stream's work on them is done."""
+        if self.stream is None:
+            return
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(event)
+        for t in tensors:
+            t.record_stream(current)
+
+
+class _Failed:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+_END = object()
+
+
+def background(items: Iterator, maxsize: int, name: str = "gpu-decode") -> Iterator:
+    """Iterate `items` in a thread, up to `maxsize` ahead; its exception is raised here; closing
+    this generator stops the thread (after the item it is on) and waits for it."""
+    q: queue.Queue = queue.Queue(maxsize)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    break
+            else:
+                put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            put(_Failed(e))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 class GpuDecodeLoader:
-    """Same interface as `imagenet_shards.train.loader.dataset.ShardLoader`; batches come out already on `device`."""
+    """Same interface as `imagenet_shards.train.loader.dataset.ShardLoader`; batches come out already
+    on `device`. `stats` counts the current (or last) epoch as it goes: samples, batches,
+    bad_samples, duplicated, seconds waiting for workers / decoding / cropping, and decodes of
+    baseline (nvJPEG hardware path) and other (host path) JPEGs. `decode` and `ops` are for tests."""
 
     def __init__(self, dataset: RawBatches, *, device: torch.device, res: int, val_resize: int, val_crop: int,
                  scale, ratio, hflip: bool, workers: int, pin_memory: bool, persistent_workers: bool,
-                 prefetch_factor: int):
+                 prefetch_factor: int, decode: Callable = decode_batch, ops: StreamOps | None = None):
         self.dataset, self.device = dataset, device
         self.res, self.val_resize, self.val_crop = res, val_resize, val_crop
         self.scale, self.ratio, self.hflip = tuple(scale), tuple(ratio), hflip
+        self.decode = decode
+        self.ops = ops if ops is not None else StreamOps(device)
         kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor) if workers > 0 else {}
         self._loader = DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory, **kw)
         self.stats: dict = {}
 
     def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (shard order, shuffle and crop seeds) for the next iteration."""
         self.dataset.state[0] = int(epoch)
 
     def set_resolution(self, res: int) -> None:
+        """Train crop size from the next iteration on."""
         self.res = int(res)
 
     def __len__(self) -> int:
@@ -151,37 +286,82 @@ class GpuDecodeLoader:
     def num_samples(self) -> int:
         return sum(p.num_samples for p in self.dataset.plan())
 
+    def _produce(self, epoch: int, size: int, stats: dict) -> Iterator[tuple]:
+        """(images, labels, event) per batch; runs in the decode thread."""
+        train = self.dataset.train
+        rng = random.Random(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
+        prev = None
+        with self.ops.context():
+            raw = iter(self._loader)
+            while True:
+                t0 = time.perf_counter()
+                item = next(raw, None)
+                t1 = time.perf_counter()
+                stats["wait_s"] += t1 - t0
+                if item is None:
+                    return
+                blob, offsets, labels, codings, counts = item
+                skipped, repeated = counts.tolist()
+                stats["bad_samples"] += skipped
+                stats["duplicated"] += repeated
+                bounds = offsets.tolist()
+                jpgs = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+                coded = codings.tolist()
+                stats["hardware_decodes"] += coded.count(BASELINE)
+                stats["host_decodes"] += len(coded) - coded.count(BASELINE)
+                self.ops.drain()  # see the module docstring: nvJPEG must not get a block still in use
+                images = self.decode(jpgs, self.device)
+                self.ops.drain()
+                t2 = time.perf_counter()
+                stats["decode_s"] += t2 - t1
+                good = [i for i, img in enumerate(images) if img is not None]
+                n = len(images)
+                if len(good) < n:
+                    stats["bad_samples"] += n - len(good)
+                    log.warning("skipped %d undecodable JPEGs in a batch", n - len(good))
+                labels = labels.to(self.device, non_blocking=self.device.type == "cuda" and labels.is_pinned())
+                if not good:
+                    if not train:
+                        continue  # eval: no per-batch collectives, the batch is just left out
+                    if prev is None:
+                        raise RuntimeError("no image of the epoch's first batch decodes: cannot form a full "
+                                           "batch (is every image in these shards bad? run audit-shards)")
+                    pick = torch.arange(n, device=self.device) % prev[0].shape[0]
+                    out, labels = prev[0][pick], prev[1][pick]
+                    stats["duplicated"] += n
+                else:
+                    if train:  # keep the batch full: repeat good samples
+                        stats["duplicated"] += n - len(good)
+                        good = [good[i % len(good)] for i in range(n)]
+                    if len(good) != n or good != list(range(n)):
+                        labels = labels[torch.tensor(good, device=self.device)]
+                    picked = [images[i] for i in good]
+                    boxes, flips = [], []
+                    for img in picked:
+                        h, w = img.shape[-2:]
+                        if train:
+                            boxes.append(dec.random_resized_crop_params(w, h, self.scale, self.ratio, rng))
+                            flips.append(self.hflip and rng.random() < 0.5)
+                        else:
+                            boxes.append(dec.center_crop_params(w, h, self.val_resize, self.val_crop))
+                            flips.append(False)
+                    out = crop_batch(picked, boxes, flips, size)
+                    self.ops.drain()  # for the timing only: the next decode would wait for it anyway
+                    stats["crop_s"] += time.perf_counter() - t2
+                prev = (out, labels)
+                stats["samples"] += out.shape[0]
+                stats["batches"] += 1
+                yield out, labels, self.ops.done()
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch = int(self.dataset.state[0])
-        rng = random.Random(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
-        stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0}
-        for blob, offsets, labels in self._loader:
-            bounds = offsets.tolist()
-            jpgs = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-            images = decode_batch(jpgs, self.device)
-            good = [i for i, img in enumerate(images) if img is not None]
-            if len(good) < len(images):
-                stats["bad_samples"] += len(images) - len(good)
-                log.warning("skipped %d undecodable JPEGs in a batch", len(images) - len(good))
-                if not good:
-                    continue
-                if self.dataset.train:  # keep the batch full: repeat good samples
-                    good = [good[i % len(good)] for i in range(len(images))]
-                images, labels = [images[i] for i in good], labels[good]
-            boxes, flips = [], []
-            for img in images:
-                h, w = img.shape[-2:]
-                if self.dataset.train:
-                    boxes.append(dec.random_resized_crop_params(w, h, self.scale, self.ratio, rng))
-                    flips.append(self.hflip and rng.random() < 0.5)
-                else:
-                    boxes.append(dec.center_crop_params(w, h, self.val_resize, self.val_crop))
-                    flips.append(False)
-            size = self.res if self.dataset.train else self.val_crop
-            stats["samples"] += len(images)
-            stats["batches"] += 1
-            yield crop_batch(images, boxes, flips, size), labels.to(self.device, non_blocking=True)
+        size = self.res if self.dataset.train else self.val_crop
+        stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0, "duplicated": 0, "wait_s": 0.0,
+                 "decode_s": 0.0, "crop_s": 0.0, "hardware_decodes": 0, "host_decodes": 0}
         self.stats = stats
+        for images, labels, event in background(self._produce(epoch, size, stats), QUEUE_BATCHES):
+            self.ops.hand_over((images, labels), event)
+            yield images, labels
 
 
 def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: bool | None = None, workers: int = 4,
@@ -190,8 +370,10 @@ def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: boo
                            hflip: bool = True, shuffle_buffer: int = 2000, pin_memory: bool = False,
                            persistent_workers: bool = False, prefetch_factor: int = 4,
                            device: torch.device | str = "cuda", cache_dir: str | None = None,
-                           cache_bytes: int | None = None, **_ignored) -> GpuDecodeLoader:
-    """A loader over `split` whose batches are decoded on `device` (see the module docstring)."""
+                           cache_bytes: int | None = None) -> GpuDecodeLoader:
+    """A loader over `split` whose batches are decoded on `device` (see the module docstring).
+    Takes `make_loader`'s arguments except the CPU decoder's (`decoder`, `aug`, `strict`): passing
+    one of those is a TypeError, not silently ignored."""
     if train is None:
         train = split == "train"
     device = torch.device(device)

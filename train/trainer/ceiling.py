@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from imagenet_shards.train.trainer.distributed import DistInfo
-from imagenet_shards.train.trainer.engine import train_one_epoch
+from imagenet_shards.train.trainer.distributed import DistInfo, print0
+from imagenet_shards.train.trainer.engine import EpochStats, train_one_epoch
 from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher, SyntheticBatches
+from imagenet_shards.train.trainer.telemetry import MetricsLog
 
 SYNTHETIC_FILE = "synthetic.json"
 
@@ -26,6 +27,7 @@ def ceiling_key(config, info: DistInfo, res: int) -> dict:
 
 
 def write_ceiling(run_dir: Path, key: dict, img_per_s: float) -> None:
+    """Save a synthetic img/s with the key it is valid for (RUN_DIR/synthetic.json)."""
     (Path(run_dir) / SYNTHETIC_FILE).write_text(
         json.dumps({"key": key, "img_per_s": img_per_s}, sort_keys=True) + "\n")
 
@@ -53,3 +55,33 @@ def measure_ceiling(steps: int, *, model, optimizer, scaler, autocast, criterion
                             autocast=autocast, criterion=criterion, info=info, epoch=-1, step=step,
                             log_interval=log_interval, res=res, desc="ceiling")
     return stats.steady_img_per_s
+
+
+def report_efficiency(config, info: DistInfo, parts, last: EpochStats, *, res: int, step: int, dtype,
+                      autocast, criterion, metrics: MetricsLog) -> dict:
+    """At the end of a run: write the ceiling (a --synthetic-data run), or find or measure it (a real
+    run) and report the loader efficiency of the last epoch. Returns the fields for the final record."""
+    key = ceiling_key(config, info, res)
+    if config.synthetic_data:
+        if info.is_main:
+            write_ceiling(Path(config.out), key, last.steady_img_per_s)
+        return {}
+    if config.measure_ceiling:
+        top = measure_ceiling(config.measure_ceiling, model=parts.model, optimizer=parts.optimizer,
+                              scaler=parts.scaler, autocast=autocast, criterion=criterion, info=info,
+                              batch_size=config.batch_size, res=res, num_classes=parts.num_classes,
+                              dtype=dtype, channels_last=config.channels_last, seed=config.seed,
+                              log_interval=config.log_interval, step=step)
+        metrics.log("ceiling", step=step, res=res, steady_img_per_s=top)
+        if info.is_main:
+            write_ceiling(Path(config.out), key, top)
+    else:
+        top = read_ceiling(Path(config.out), key)
+    if not top:
+        return {}
+    efficiency = last.steady_img_per_s / top
+    metrics.log("efficiency", step=step, real_img_per_s=last.steady_img_per_s, ceiling_img_per_s=top,
+                loader_efficiency=efficiency)
+    print0(info, f"loader efficiency = real img/s / synthetic img/s = {last.steady_img_per_s:.1f} / {top:.1f} "
+                 f"= {efficiency:.3f}")
+    return {"ceiling_img_per_s": top, "loader_efficiency": efficiency}

@@ -1,21 +1,31 @@
-"""Atomic checkpoint files and the RNG states a resumed run needs.
+"""Checkpoints: atomic files, what a run saves at an epoch end, and how a run resumes from one.
 
 A checkpoint is written through the one atomic writer (pipeline.storage.atomic: temp file beside
 it, fsync, rename, directory fsync), so a kill at any moment leaves either the previous
 checkpoint or the new one, never a torn file. Everything in it loads with
-`torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts.
+`torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts. Checkpoints are taken
+only at epoch ends, so a resume starts at an epoch boundary and recomputes the schedules from the
+epoch number alone.
 """
 
 from __future__ import annotations
 
 import os
 import random
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from imagenet_shards.pipeline.storage.atomic import atomic_open, link_atomic, stale_temps
+from imagenet_shards.pipeline.storage.retry import redact
+from imagenet_shards.train.trainer.config import TrainConfig, TrainError
+from imagenet_shards.train.trainer.distributed import DistInfo, barrier, gather_objects, print0
+
+if TYPE_CHECKING:
+    from imagenet_shards.train.trainer.build import Parts
 
 FORMAT = "imagenet-shards-checkpoint"
 FORMAT_VERSION = 1
@@ -86,3 +96,101 @@ def restore_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+# ----------------------------------------------------------------------------- a run's checkpoints
+
+def resume_state(config: TrainConfig, num_classes: int) -> tuple[dict | None, Path | None]:
+    """The checkpoint `--resume` names, loaded and checked against this run (None, None without one;
+    `--resume auto` with no checkpoint yet starts from scratch)."""
+    if not config.resume:
+        return None, None
+    path = Path(config.out) / LATEST if config.resume == "auto" else Path(config.resume)
+    if not path.exists():
+        if config.resume == "auto" and not config.eval_only:
+            return None, None
+        raise TrainError(f"--resume {config.resume}: no checkpoint at {path}")
+    try:
+        state = load_checkpoint(path)
+    except Exception as e:  # torn or foreign file: say which and why
+        raise TrainError(f"cannot load checkpoint {path}: {e}") from None
+    if state["arch"] != config.arch or state["num_classes"] != num_classes:
+        raise TrainError(f"checkpoint {path} is --arch {state['arch']} with {state['num_classes']} classes, "
+                         f"this run is --arch {config.arch} with {num_classes} classes "
+                         f"(use the same --arch/--data, or a new --out)")
+    return state, path
+
+
+def restore(parts: Parts, state: dict, path: Path, config: TrainConfig, info: DistInfo) -> int:
+    """Load a checkpoint into the built parts; returns the global step to continue from."""
+    parts.raw.load_state_dict(state["model"])
+    if parts.ema is not None and state.get("ema"):
+        parts.ema.load_state_dict(state["ema"])
+    epoch = state["epoch"]
+    if config.eval_only:
+        return state["step"]
+    optimizer, scheduler = parts.optimizer, parts.scheduler
+    saved_groups = len(state["optimizer"]["param_groups"])
+    if saved_groups != len(optimizer.param_groups):
+        raise TrainError(f"checkpoint {path} has {saved_groups} optimizer parameter groups, this run has "
+                         f"{len(optimizer.param_groups)} (resume with the same --no-bn-wd setting)")
+    optimizer.load_state_dict(state["optimizer"])
+    if parts.scaler is not None and state.get("scaler"):
+        parts.scaler.load_state_dict(state["scaler"])
+    scheduler.load_state_dict(state["scheduler"])
+    # Position and lr come from this run (epoch x its steps/epoch, its --lr), so a run resumed on
+    # another world size continues on schedule; an unchanged run gets exactly the saved values.
+    step = epoch * parts.steps_per_epoch
+    scheduler.last_epoch = step
+    scheduler.base_lrs = [parts.lr] * len(optimizer.param_groups)
+    for group, factor in zip(optimizer.param_groups, [f(step) for f in scheduler.lr_lambdas]):
+        group["initial_lr"] = parts.lr
+        group["lr"] = parts.lr * factor
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    if state["world_size"] == info.world_size:
+        restore_rng_state(state["rng"][info.rank], info.device)
+    else:
+        print0(info, f"warning: resuming a {state['world_size']}-process checkpoint with {info.world_size} "
+                     f"processes: the global batch, the default lr and the data order differ from an "
+                     f"uninterrupted run; the schedule continues from epoch {epoch}")
+    return step
+
+
+def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: int, result: dict,
+         best_top1: float | None) -> float | None:
+    """checkpoint-latest on rank 0 (every rank's RNG state gathered first), and -best when val
+    top-1 improves. Returns the best top-1 so far."""
+    rngs = gather_objects(info, rng_state(info.device))
+    top1 = result.get("val_top1")
+    is_best = top1 is not None and (best_top1 is None or top1 > best_top1)
+    best = top1 if is_best else best_top1
+    if info.is_main:
+        state = {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "arch": config.arch,
+            "num_classes": parts.num_classes, "epoch": epoch, "step": step, "world_size": info.world_size,
+            "model": parts.raw.state_dict(), "optimizer": parts.optimizer.state_dict(),
+            "scheduler": parts.scheduler.state_dict(),
+            "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+            "ema": parts.ema.state_dict() if parts.ema is not None else None,
+            "rng": rngs, "config": _plain(saved_config(config)), "best_top1": best, "metrics": result,
+        }
+        latest = save_checkpoint(Path(config.out) / LATEST, state)
+        if is_best:
+            link_checkpoint(latest, Path(config.out) / BEST)
+    barrier(info)
+    return best
+
+
+def saved_config(config: TrainConfig) -> dict:
+    """The config as checkpoints keep it: no credentials (URL secrets redacted, option values dropped)."""
+    return {**asdict(config), "data": config.data and redact(config.data),
+            "storage_option": [o.split("=", 1)[0] + "=" for o in config.storage_option]}
+
+
+def _plain(value):
+    """Tuples to lists, recursively, so the config loads with weights_only=True."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

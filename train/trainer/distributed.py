@@ -16,12 +16,13 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class DistInfo:
-    """Where this process sits: global rank, world size, rank on this node, and its device."""
+    """Where this process sits: global rank, world size, rank and process count on this node, device."""
 
     rank: int
     world_size: int
     local_rank: int
     device: torch.device
+    local_world_size: int = 1
 
     @property
     def is_main(self) -> bool:
@@ -54,6 +55,7 @@ def init_distributed(device_kind: str = "auto", timeout_s: float = 1800.0) -> Di
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     device = pick_device(device_kind, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -63,10 +65,12 @@ def init_distributed(device_kind: str = "auto", timeout_s: float = 1800.0) -> Di
         dist.init_process_group(backend=backend, init_method="env://", rank=rank,
                                 world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
-    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=device,
+                    local_world_size=local_world_size)
 
 
 def shutdown_distributed() -> None:
+    """Leave the process group, if one was joined."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -78,6 +82,7 @@ def print0(info: DistInfo, *args, **kwargs) -> None:
 
 
 def barrier(info: DistInfo) -> None:
+    """Wait for every rank (a no-op for one process)."""
     if info.distributed:
         dist.barrier()
 
@@ -98,13 +103,19 @@ def gather_objects(info: DistInfo, obj) -> list:
     return out
 
 
-def broadcast_object(info: DistInfo, obj, src: int = 0):
-    """Rank `src`'s object on every rank."""
+# DDP options. broadcast_buffers=False: DDP would otherwise broadcast every buffer from rank 0 before
+# each forward (a collective per step); BatchNorm statistics are averaged at epoch ends instead
+# (average_buffers), and all ranks start from the same seeded init. gradient_as_bucket_view=True:
+# gradients live in the all-reduce buckets, saving a copy and one model's worth of memory.
+DDP_OPTIONS = {"broadcast_buffers": False, "gradient_as_bucket_view": True}
+
+
+def wrap_ddp(module: torch.nn.Module, info: DistInfo) -> torch.nn.Module:
+    """`module` under DistributedDataParallel with DDP_OPTIONS (the module itself for one process)."""
     if not info.distributed:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=src)
-    return box[0]
+        return module
+    ids = [info.device.index] if info.device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids, **DDP_OPTIONS)
 
 
 def average_buffers(info: DistInfo, module: torch.nn.Module) -> None:

@@ -1,97 +1,28 @@
-"""The training step and its parts: model, optimizer, AMP, EMA, one epoch, exact evaluation.
+"""The training step: AMP, one epoch of steps, and exact evaluation.
 
-Nothing here reads files beyond `--weights`, parses arguments or decides what to run; the trainer
-(`imagenet_shards.train.trainer.run`) wires these together.
+Nothing here reads files, parses arguments or decides what to run; the trainer
+(`imagenet_shards.train.trainer.run`) wires these together. The step never waits on the device:
+losses are summed on it between log intervals, fp16's inf check stays on it (fused SGD), and the
+host syncs only at a log line, at the warm-up mark and at the epoch end.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torchvision
 from tqdm import tqdm
 
 from imagenet_shards.train.trainer.distributed import DistInfo, all_reduce_sum
 from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
-from imagenet_shards.train.trainer.telemetry import MetricsLog, gpu_memory_gib
+from imagenet_shards.train.trainer.model import ModelEma
+from imagenet_shards.train.trainer.telemetry import MetricsLog, gpu_memory_gib, process_cpu_seconds
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": torch.float32}
-# Builders that take zero_init_residual (last BN of each block starts at 0: Goyal et al. 2017).
-ZERO_INIT_FAMILIES = ("resnet", "resnext", "wide_resnet")
-NORM_TYPES = (torch.nn.modules.batchnorm._NormBase, torch.nn.GroupNorm, torch.nn.LayerNorm,
-              torch.nn.LocalResponseNorm)
-
-
-def classification_models() -> list[str]:
-    return sorted(torchvision.models.list_models(module=torchvision.models))
-
-
-def build_model(arch: str, num_classes: int) -> torch.nn.Module:
-    """A randomly initialised torchvision classifier by name; ValueError for an unknown name."""
-    names = classification_models()
-    if arch not in names:
-        raise ValueError(f"unknown --arch {arch!r}; torchvision classification models: {', '.join(names)}")
-    kwargs = {"zero_init_residual": True} if arch.startswith(ZERO_INIT_FAMILIES) else {}
-    return torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
-
-
-def strip_wrapper_prefixes(state_dict: dict) -> dict:
-    """Drop DDP's `module.` and torch.compile's `_orig_mod.` key prefixes."""
-    out = {}
-    for key, value in state_dict.items():
-        for prefix in ("module.", "_orig_mod."):
-            while key.startswith(prefix):
-                key = key[len(prefix):]
-        out[key] = value
-    return out
-
-
-def load_weights(model: torch.nn.Module, path: str) -> None:
-    """Load a state dict (or one of our checkpoints' "model") from `path` into `model`.
-
-    Raises ValueError naming the first mismatching keys/shapes; no downloads ever.
-    """
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(state, dict) and isinstance(state.get("model"), dict):
-        state = state["model"]
-    if not isinstance(state, dict):
-        raise ValueError(f"--weights {path}: not a state dict")
-    state = strip_wrapper_prefixes(state)
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    wrong = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or wrong:
-        parts = []
-        if wrong:
-            parts.append("shape mismatch: " + ", ".join(
-                f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in wrong[:3]))
-        if missing:
-            parts.append(f"missing {len(missing)} keys (e.g. {', '.join(missing[:3])})")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} keys (e.g. {', '.join(unexpected[:3])})")
-        raise ValueError(f"--weights {path} does not fit this model: " + "; ".join(parts))
-    model.load_state_dict(state)
-
-
-def build_optimizer(model: torch.nn.Module, *, lr: float, momentum: float, nesterov: bool,
-                    weight_decay: float, no_bn_wd: bool) -> torch.optim.SGD:
-    """SGD; with `no_bn_wd`, normalization-layer weights and biases get no weight decay."""
-    norm, other = [], []
-    for module in model.modules():
-        params = [p for p in module.parameters(recurse=False) if p.requires_grad]
-        (norm if no_bn_wd and isinstance(module, NORM_TYPES) else other).extend(params)
-    groups = [{"params": other, "weight_decay": weight_decay}]
-    if norm:
-        groups.append({"params": norm, "weight_decay": 0.0})
-    return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=nesterov and momentum > 0,
-                           weight_decay=weight_decay)
 
 
 def make_autocast(amp: str, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
@@ -108,39 +39,14 @@ def make_grad_scaler(amp: str, device: torch.device) -> torch.amp.GradScaler | N
     return torch.amp.GradScaler(device.type) if amp == "fp16" else None
 
 
-class ModelEma:
-    """Exponential moving average of a model's weights, kept in fp32 on the same device.
-
-    decay ramps as min(decay, (1 + n) / (10 + n)) over updates n, so short runs get a useful EMA.
-    Float buffers (BN running stats) are averaged like weights; integer buffers are copied.
-    """
-
-    def __init__(self, model: torch.nn.Module, decay: float):
-        self.module = copy.deepcopy(model).eval()
-        for p in self.module.parameters():
-            p.requires_grad_(False)
-        self.decay = decay
-        self.updates = 0
-
-    @torch.no_grad()
-    def update(self, model: torch.nn.Module) -> None:
-        self.updates += 1
-        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
-        ema_float, model_float = [], []
-        for ema_t, t in zip(self.module.state_dict().values(), model.state_dict().values()):
-            if ema_t.is_floating_point():
-                ema_float.append(ema_t)
-                model_float.append(t.detach())
-            else:
-                ema_t.copy_(t)
-        torch._foreach_lerp_(ema_float, model_float, 1.0 - decay)
-
-    def state_dict(self) -> dict:
-        return {"module": self.module.state_dict(), "decay": self.decay, "updates": self.updates}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.module.load_state_dict(state["module"])
-        self.updates = int(state["updates"])
+def _found_inf(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:
+    """1 on the device if the step `scaler.step` just took was skipped (inf/NaN gradients), else 0;
+    read between step() and update() without a host sync. None where GradScaler keeps it elsewhere."""
+    try:
+        found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+    except (AttributeError, KeyError):
+        return None
+    return sum(t.float() for t in found.values()) if found else None
 
 
 @dataclass
@@ -148,17 +54,28 @@ class EpochStats:
     """One epoch of training as seen by this rank (loss/acc already averaged over ranks)."""
 
     steps: int
-    images: int            # global: steps x batch x world size
+    images: int              # global: steps x batch x world size
     seconds: float
     loss: float
     acc: float
     wait_s: float
     img_per_s: float
     steady_img_per_s: float  # excludes the first warm-up steps (worker start-up, autotuning)
+    first_step_seconds: float = 0.0  # epoch start to the end of step 1: start-up (and compile) time
+    main_cpu_seconds: float | None = None  # CPU time of this process (all its threads, no workers)
+    amp_scale: float | None = None         # fp16: GradScaler's scale at the end
+    amp_skipped_steps: int | None = None   # fp16: steps skipped for inf/NaN gradients
 
     @property
     def data_wait_fraction(self) -> float:
         return self.wait_s / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def main_cpu_fraction(self) -> float | None:
+        """Cores' worth of CPU the main process used (near 1.0: the main thread is a bottleneck)."""
+        if self.main_cpu_seconds is None or self.seconds <= 0:
+            return None
+        return self.main_cpu_seconds / self.seconds
 
 
 def _sync(device: torch.device) -> None:
@@ -190,17 +107,20 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
 
     Losses stay on the device between log intervals (no per-step host sync); every
     `log_interval` steps one "train_interval" record is written and the bar's postfix updated.
-    `step` is the global optimizer step before this epoch.
+    `step` is the global optimizer step before this epoch. The batch iterator is closed at the
+    end, also when `limit_batches` ends the epoch early (so the loader stops and counts what it saw).
     """
     model.train()
     total = len(batches) if limit_batches is None else min(limit_batches, len(batches))
     device = info.device
     warmup = min(10, total // 4)  # steps left out of steady_img_per_s
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, seen
+    skipped = torch.zeros((), dtype=torch.float32, device=device) if scaler is not None else None
     interval = _Interval(device)
-    done, images, wait_s = 0, 0, 0.0
+    done, images, wait_s, first_step = 0, 0, 0.0, 0.0
     steady_start, steady_images = None, 0
     bar = tqdm(total=total, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False)
+    cpu_start = process_cpu_seconds()
     start = time.perf_counter()
 
     def flush() -> None:
@@ -221,41 +141,54 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                                device=device))
         interval = _Interval(device)
 
-    for batch in batches:
-        if done == warmup:
-            _sync(device)
-            steady_start, steady_images = time.perf_counter(), images
-        with autocast():
-            logits = model(batch.images)
-            loss = criterion(logits, batch.targets)
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        if ema is not None:
-            ema.update(ema_source)
-        if profiler is not None:
-            profiler.step()
-        interval.add(loss, logits, batch.labels, batch.wait_s)
-        wait_s += batch.wait_s
-        images += batch.labels.shape[0] * info.world_size
-        done += 1
-        bar.update(1)
-        if done % log_interval == 0 or done == total:
-            flush()
-        if done >= total:
-            break
+    it = iter(batches)
+    try:
+        for batch in it:
+            if done == warmup:
+                _sync(device)
+                steady_start, steady_images = time.perf_counter(), images
+            with autocast():
+                logits = model(batch.images)
+                loss = criterion(logits, batch.targets)
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                found = _found_inf(scaler, optimizer)
+                if found is not None:
+                    skipped += found
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            if ema is not None:
+                ema.update(ema_source)
+            if profiler is not None:
+                profiler.step()
+            interval.add(loss, logits, batch.labels, batch.wait_s)
+            wait_s += batch.wait_s
+            images += batch.labels.shape[0] * info.world_size
+            done += 1
+            if done == 1:
+                _sync(device)
+                first_step = time.perf_counter() - start
+            bar.update(1)
+            if done % log_interval == 0 or done == total:
+                flush()
+            if done >= total:
+                break
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+        bar.close()
     if interval.seen:  # the loader ended before len() said it would
         flush()
-    bar.close()
     _sync(device)
     end = time.perf_counter()
+    cpu_end = process_cpu_seconds()
     seconds = end - start
     loss_sum, correct, seen = all_reduce_sum(info, sums).tolist()
     img_per_s = images / max(seconds, 1e-9)
@@ -264,7 +197,10 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
         steady = (images - steady_images) / max(end - steady_start, 1e-9)
     return EpochStats(steps=done, images=images, seconds=seconds, loss=loss_sum / max(seen, 1),
                       acc=correct / max(seen, 1), wait_s=wait_s, img_per_s=img_per_s,
-                      steady_img_per_s=steady)
+                      steady_img_per_s=steady, first_step_seconds=first_step,
+                      main_cpu_seconds=None if cpu_start is None or cpu_end is None else cpu_end - cpu_start,
+                      amp_scale=float(scaler.get_scale()) if scaler is not None else None,
+                      amp_skipped_steps=int(skipped.item()) if skipped is not None else None)
 
 
 @torch.no_grad()
@@ -280,15 +216,16 @@ def evaluate(model: torch.nn.Module, batches: DevicePrefetcher, *, autocast, inf
     sums = torch.zeros(3, dtype=torch.float64, device=info.device)  # correct@1, correct@5, loss
     samples = 0  # on the host: a per-batch host->device copy would sync every batch
     criterion = torch.nn.CrossEntropyLoss(reduction="sum")
-    for batch in tqdm(batches, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False):
-        with autocast():
-            logits = model(batch.images)
-        logits = logits.float()
-        k = min(5, logits.shape[1])
-        hits = logits.topk(k, dim=1).indices == batch.labels.view(-1, 1)
-        sums += torch.stack([hits[:, 0].sum().double(), hits.any(dim=1).sum().double(),
-                             criterion(logits, batch.labels).double()])
-        samples += batch.labels.shape[0]
+    with tqdm(batches, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False) as bar:
+        for batch in bar:
+            with autocast():
+                logits = model(batch.images)
+            logits = logits.float()
+            k = min(5, logits.shape[1])
+            hits = logits.topk(k, dim=1).indices == batch.labels.view(-1, 1)
+            sums += torch.stack([hits[:, 0].sum().double(), hits.any(dim=1).sum().double(),
+                                 criterion(logits, batch.labels).double()])
+            samples += batch.labels.shape[0]
     totals = torch.cat([sums, torch.tensor([float(samples)], dtype=torch.float64, device=info.device)])
     top1, top5, loss, samples = all_reduce_sum(info, totals).tolist()
     samples = int(round(samples))

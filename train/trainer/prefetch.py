@@ -132,7 +132,10 @@ def random_erase(x: torch.Tensor, boxes: np.ndarray, generator: torch.Generator)
     if not (boxes[:, 2] > 0).any():
         return x
     b, _, h, w = x.shape
-    bx = torch.as_tensor(boxes).to(x.device, non_blocking=True)
+    bx = torch.from_numpy(boxes)
+    if x.device.type == "cuda":  # non_blocking from pageable memory would stall the stream: pin first
+        bx = bx.pin_memory()
+    bx = bx.to(x.device, non_blocking=True)
     rows = torch.arange(h, device=x.device).view(1, h, 1)
     cols = torch.arange(w, device=x.device).view(1, 1, w)
     y0, x0 = bx[:, 0].view(b, 1, 1), bx[:, 1].view(b, 1, 1)
@@ -140,6 +143,31 @@ def random_erase(x: torch.Tensor, boxes: np.ndarray, generator: torch.Generator)
     mask = ((rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)).unsqueeze(1)
     noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=torch.float32)
     return torch.where(mask, noise.to(x.dtype), x)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device`; asynchronous only from pinned memory (non_blocking from pageable memory
+    stages through a driver buffer and stalls the stream it is issued on)."""
+    if t.device == device:
+        return t
+    return t.to(device, non_blocking=device.type == "cuda" and t.is_pinned())
+
+
+class LoaderError(RuntimeError):
+    """The loader failed (a damaged or missing shard, a storage error); the message is one line."""
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for an exception raised by a loader. A DataLoader worker's exception arrives with
+    the worker's whole traceback in its message; the last line of it is the original error."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if len(lines) > 1 and "Traceback" in str(exc):
+        last = lines[-1]
+        kind, sep, rest = last.partition(": ")
+        return rest if sep and kind.replace(".", "").replace("_", "").isalnum() else last
+    return " ".join(lines)
 
 
 class DevicePrefetcher:
@@ -173,8 +201,7 @@ class DevicePrefetcher:
         self.generator.manual_seed(int(self.rng.integers(2**62)))
 
     def _prepare(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        images = images.to(self.device, non_blocking=True)
-        labels = labels.to(self.device, non_blocking=True)
+        images, labels = to_device(images, self.device), to_device(labels, self.device)
         x = normalize(images, torch.float32, False)
         targets = labels
         aug = self.aug
@@ -188,29 +215,37 @@ class DevicePrefetcher:
         return x.to(self.dtype), targets, labels
 
     def _fetch(self, it: Iterator) -> tuple | None:
-        # On CUDA the loader's own GPU work (--gpu-decode) also lands on the side stream.
+        # On CUDA this runs on the side stream: a loader that hands over device tensors made on a
+        # stream of its own (--gpu-decode) makes the current (side) stream wait for them.
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
             t0 = time.perf_counter()
             try:
                 images, labels = next(it)
             except StopIteration:
                 return None
+            except Exception as e:  # from the loader's workers: one line, not a worker traceback
+                raise LoaderError(error_line(e)) from e
             wait = time.perf_counter() - t0
             return (*self._prepare(images, labels), wait)
 
     def __iter__(self) -> Iterator[DeviceBatch]:
         it = iter(self.loader)
-        nxt = self._fetch(it)
-        while nxt is not None:
-            current = nxt
-            if self.stream is not None:
-                main = torch.cuda.current_stream(self.device)
-                main.wait_stream(self.stream)
-                for t in current[:3]:
-                    t.record_stream(main)  # made on the side stream, used and freed on the main one
-            # Issue the next copy before handing this batch over, so it overlaps with the step.
+        try:
             nxt = self._fetch(it)
-            yield DeviceBatch(*current)
+            while nxt is not None:
+                current = nxt
+                if self.stream is not None:
+                    main = torch.cuda.current_stream(self.device)
+                    main.wait_stream(self.stream)
+                    for t in current[:3]:
+                        t.record_stream(main)  # made on the side stream, used and freed on the main one
+                # Issue the next copy before handing this batch over, so it overlaps with the step.
+                nxt = self._fetch(it)
+                yield DeviceBatch(*current)
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:  # an epoch cut short: let the loader stop (and count) now
+                close()
 
 
 class SyntheticBatches:

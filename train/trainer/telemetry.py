@@ -1,4 +1,5 @@
-"""What a run reports: RUN_DIR/metrics.jsonl (one JSON object a line) and optional TensorBoard.
+"""What a run reports: RUN_DIR/metrics.jsonl (one JSON object a line), optional TensorBoard, the
+process's own resource use, and the `--profile` trace.
 
 Record kinds and their fields are listed in docs/training.md. Only rank 0 writes; other ranks get
 a disabled logger, so callers never branch on rank.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -21,6 +23,35 @@ def gpu_memory_gib(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     return round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+
+
+def process_cpu_seconds() -> float | None:
+    """User + system CPU seconds of this process so far, all its threads (the same numbers as
+    utime + stime in /proc/PID/stat); loader workers are separate processes and not included."""
+    try:
+        t = os.times()
+    except OSError:
+        return None
+    return t.user + t.system
+
+
+def process_memory() -> dict:
+    """This process's peak resident memory (GiB) and, on CUDA, the pinned host memory held by
+    torch's caching host allocator (GiB, peak). Loader workers are not included."""
+    out: dict = {"peak_rss_gib": None, "pinned_peak_gib": None}
+    try:
+        import resource
+        out["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)  # KiB on Linux
+    except (ImportError, OSError):
+        pass
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        try:
+            peak = stats().get("allocated_bytes.peak")
+        except RuntimeError:
+            peak = None
+        out["pinned_peak_gib"] = None if peak is None else round(peak / 2**30, 3)
+    return out
 
 
 def _clean(value):
@@ -81,3 +112,70 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# CUDA runtime calls that block the host until the device catches up
+HOST_SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def trace_summary(trace: dict, steps: int) -> dict:
+    """From a torch.profiler chrome trace of `steps` training steps: host syncs and device-to-host
+    copies per step (each one stalls the host until the GPU catches up), and the fraction of
+    host-to-device copy time that overlaps kernels on another stream (the prefetcher's goal: 1.0)."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    syncs = sum(1 for e in events if e.get("name") in HOST_SYNC_CALLS)
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    dtoh = sum(1 for e in copies if "DtoH" in e.get("name", ""))
+    htod = [e for e in copies if "HtoD" in e.get("name", "")]
+    kernels: dict = {}
+    for e in events:
+        if e.get("cat") == "kernel":
+            kernels.setdefault(e.get("tid"), []).append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+    overlap = None
+    if htod:
+        total = covered = 0.0
+        busy_besides: dict = {}  # copy stream -> merged kernel intervals of every other stream
+        for c in htod:
+            a, b = float(c["ts"]), float(c["ts"]) + float(c.get("dur", 0))
+            if c.get("tid") not in busy_besides:
+                busy_besides[c.get("tid")] = _merged([iv for tid, ivs in kernels.items() if tid != c.get("tid")
+                                                      for iv in ivs])
+            busy = busy_besides[c.get("tid")]
+            total += b - a
+            covered += sum(max(0.0, min(b, y) - max(a, x)) for x, y in busy)
+        overlap = covered / total if total > 0 else None
+    per = max(1, steps)
+    return {"steps": steps, "host_syncs_per_step": syncs / per, "dtoh_copies_per_step": dtoh / per,
+            "htod_copies": len(htod), "htod_overlap_fraction": overlap}
+
+
+def make_profiler(steps: int, out: Path, rank: int, cuda: bool):
+    """torch.profiler over `steps` steps (after 1 wait + 1 warm-up step) writing OUT/trace-rank<R>.json,
+    a summary table and syncs-rank<R>.json (`trace_summary`); None when `steps` is 0."""
+    if not steps:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(prof) -> None:
+        trace = out / f"trace-rank{rank}.json"
+        prof.export_chrome_trace(str(trace))
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+        (out / f"summary-rank{rank}.txt").write_text(table + "\n")
+        summary = trace_summary(json.loads(trace.read_text()), steps)
+        (out / f"syncs-rank{rank}.json").write_text(json.dumps(summary, sort_keys=True) + "\n")
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    return profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=steps, repeat=1),
+                   on_trace_ready=write, record_shapes=True)

@@ -240,27 +240,6 @@ def test_gpu_decode_needs_cuda(tiny_shards, tmp_path, capsys):
     assert "--gpu-decode needs CUDA" in capsys.readouterr().err
 
 
-def test_gpu_decode_path_matches_cpu_loader_on_cpu(tiny_shards):
-    """The --gpu-decode reader + crop code, run on the CPU: same val pixels as the CPU loader's
-    torchvision decoder, same samples per train epoch."""
-    from imagenet_shards.train.loader.dataset import make_loader
-    from imagenet_shards.train.loader.gpu_decode import make_gpu_decode_loader
-    data = str(tiny_shards)
-    kw = dict(workers=0, val_resize=36, val_crop=32, res=32, seed=3, epoch=1)
-    gpu_val = list(make_gpu_decode_loader(data, "val", 8, device="cpu", **kw))
-    cpu_val = list(make_loader(data, "val", 8, decoder="tvio", **kw))
-    assert sum(len(y) for _, y in gpu_val) == 20
-    for (xg, yg), (xc, yc) in zip(gpu_val, cpu_val, strict=True):
-        assert torch.equal(yg, yc) and torch.equal(xg, xc)
-    gpu_train = make_gpu_decode_loader(data, "train", 8, device="cpu", **kw)
-    cpu_train = make_loader(data, "train", 8, **kw)
-    assert len(gpu_train) == len(cpu_train)
-    batches = list(gpu_train)
-    assert len(batches) == len(gpu_train) and batches[0][0].shape == (8, 3, 32, 32)
-    labels = torch.cat([y for _, y in batches]).sort().values
-    assert torch.equal(labels, torch.cat([y for _, y in cpu_train]).sort().values)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_learns_synthetic_imagenet_end_to_end(tmp_path):

@@ -1,0 +1,128 @@
+"""From a checked config to the parts a run is made of: model, optimizer, schedule, loaders, scaler.
+
+The loaders are imported lazily: a `--synthetic-data` run needs no shards (and no loader code).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from imagenet_shards.pipeline.storage.retry import redact
+from imagenet_shards.train.trainer.config import TrainConfig, TrainError
+from imagenet_shards.train.trainer.distributed import DistInfo, wrap_ddp
+from imagenet_shards.train.trainer.engine import make_grad_scaler
+from imagenet_shards.train.trainer.model import ModelEma, build_model, build_optimizer, load_weights
+from imagenet_shards.train.trainer.prefetch import SyntheticBatches
+from imagenet_shards.train.trainer.schedule import default_lr, make_lr_scheduler
+
+IMAGENET_TRAIN_SAMPLES = 1281167  # sizes a --synthetic-data epoch when there is no --data
+
+
+@dataclass
+class Parts:
+    """What a run is made of once built (raw = the bare module; model = what the step calls)."""
+
+    raw: torch.nn.Module
+    model: torch.nn.Module
+    ema: ModelEma | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None
+    train_loader: object
+    val_loader: object | None
+    steps_per_epoch: int
+    lr: float
+    num_classes: int
+
+
+def read_dataset(config: TrainConfig) -> tuple[dict | None, int, int]:
+    """(manifest or None, num_classes, train samples); ImageNet-1k's sizes for --synthetic-data alone."""
+    if not config.data:
+        return None, 1000, IMAGENET_TRAIN_SAMPLES
+    from imagenet_shards.pipeline.format.manifest import read_manifest
+    try:
+        manifest = read_manifest(config.data)
+        return manifest, len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e} "
+                         f"(point --data at a prepare-shards output directory)") from None
+
+
+def batch_bytes(config: TrainConfig, manifest: dict | None) -> int:
+    """Bytes of one batch as loader workers hand it over: uint8 crops at the largest size the run
+    uses, or (--gpu-decode) raw JPEG bytes at the train split's mean size."""
+    if config.gpu_decode and manifest is not None:
+        train = manifest["splits"].get("train", {})
+        total = sum(int(s.get("bytes") or 0) for s in train.get("shards", []))
+        return config.batch_size * max(1, total // max(1, int(train.get("num_samples") or 1)))
+    side = max(config.res, config.end_res or 0, config.val_crop)
+    return config.batch_size * 3 * side * side
+
+
+def make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_train: int, res: int):
+    """(train loader, val loader or None) for this rank."""
+    if config.synthetic_data:
+        steps = max(1, num_train // (config.batch_size * info.world_size))
+        if config.limit_batches:
+            steps = min(steps, config.limit_batches)
+        return SyntheticBatches(steps, config.batch_size, res, num_classes, info.device,
+                                seed=config.seed + info.rank), None
+    common = dict(workers=config.workers, seed=config.seed, rank=info.rank, world_size=info.world_size,
+                  pin_memory=info.device.type == "cuda", persistent_workers=config.workers > 0,
+                  cache_dir=config.cache_dir, cache_bytes=config.cache_size)
+    if config.gpu_decode:
+        from imagenet_shards.train.loader.gpu_decode import make_gpu_decode_loader as make
+        common["device"] = info.device
+    else:
+        from imagenet_shards.train.loader import make_loader as make
+        common["aug"] = None if config.aug == "none" else config.aug
+    try:
+        train_loader = make(config.data, "train", config.batch_size, train=True, res=res, **common)
+        val_loader = make(config.data, "val", config.batch_size, train=False, val_resize=config.val_res,
+                          val_crop=config.val_crop, **common)
+    except (OSError, ValueError) as e:
+        raise TrainError(f"cannot open the shards of --data {redact(config.data)}: {e}") from None
+    return train_loader, val_loader
+
+
+def build(config: TrainConfig, info: DistInfo, num_classes: int, num_train: int, res: int) -> Parts:
+    """Seeded model (same initial weights on every rank), optimizer, lr schedule, loaders, DDP,
+    EMA and torch.compile, in the order they depend on each other."""
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    np.random.seed(config.seed)
+    try:
+        raw = build_model(config.arch, num_classes)
+        if config.weights:
+            load_weights(raw, config.weights)
+    except (ValueError, OSError) as e:
+        raise TrainError(str(e)) from None
+    if config.sync_bn and info.distributed:
+        raw = torch.nn.SyncBatchNorm.convert_sync_batchnorm(raw)
+    raw.to(info.device)
+    if config.channels_last:
+        raw.to(memory_format=torch.channels_last)
+    train_loader, val_loader = make_loaders(config, info, num_classes, num_train, res)
+    steps = len(train_loader) if not config.limit_batches else min(len(train_loader), config.limit_batches)
+    if steps == 0:
+        raise TrainError(f"the train split gives no full batch of {config.batch_size} per process over "
+                         f"{info.world_size} processes; lower --batch-size")
+    lr = config.lr if config.lr is not None else default_lr(config.batch_size * info.world_size)
+    optimizer = build_optimizer(raw, lr=lr, momentum=config.momentum, nesterov=config.nesterov,
+                                weight_decay=config.wd, no_bn_wd=config.no_bn_wd, device=info.device)
+    scheduler = make_lr_scheduler(optimizer, total_steps=config.epochs * steps,
+                                  warmup_steps=int(config.warmup_epochs * steps), schedule=config.schedule)
+    model = wrap_ddp(raw, info)
+    ema = ModelEma(raw, config.ema) if config.ema else None  # from the seeded init: same on all ranks
+    if config.compile:
+        # dynamic=False: one static graph per train resolution (progressive resizing has a few,
+        # rounded to multiples of 32) instead of a dynamic-shape graph that is slower at every size
+        model = torch.compile(model, dynamic=False)
+    torch.manual_seed(config.seed + info.rank)  # per-rank randomness (dropout, stochastic depth)
+    return Parts(raw=raw, model=model, ema=ema, optimizer=optimizer, scheduler=scheduler,
+                 scaler=make_grad_scaler(config.amp, info.device), train_loader=train_loader,
+                 val_loader=val_loader, steps_per_epoch=steps, lr=lr, num_classes=num_classes)
