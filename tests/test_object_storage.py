@@ -66,32 +66,32 @@ def record_name(url: str) -> str:
     return f"{url.split('/')[0]}-{int(url.rsplit('-', 1)[1][:6]):06d}.json"
 
 
-def expect_same_set_on_s3(s3, prefix: str, local: Path) -> None:
+def expect_same_set_in(bucket, prefix: str, local: Path) -> None:
     """Objects under `prefix` are exactly the local run's files (plus job state), byte for byte."""
-    assert s3.get(f"{prefix}/manifest.json") == (local / "manifest.json").read_bytes()
+    assert bucket.get(f"{prefix}/manifest.json") == (local / "manifest.json").read_bytes()
     for name in ("_info.json", "train.wids.json", "val.wids.json"):
-        assert s3.get(f"{prefix}/{name}") == (local / name).read_bytes()
+        assert bucket.get(f"{prefix}/{name}") == (local / name).read_bytes()
     entries = shard_entries(manifest_of(local))
     for sh in entries:
-        assert hashlib.sha256(s3.get(f"{prefix}/{sh['url']}")).hexdigest() == sh["sha256"], sh["url"]
-    shards = [k for k in s3.keys(prefix + "/") if k.endswith(".tar")]
+        assert hashlib.sha256(bucket.get(f"{prefix}/{sh['url']}")).hexdigest() == sh["sha256"], sh["url"]
+    shards = [k for k in bucket.keys(prefix + "/") if k.endswith(".tar")]
     assert shards == sorted(f"{prefix}/{sh['url']}" for sh in entries)
 
 
-# ----------------------------------------------------------------------------- S3
+# ----------------------------------------------------------------------------- buckets: S3 and GCS
 
 @pytest.mark.timeout(120)
-def test_prepare_to_s3_then_audit_on_s3(s3, archives, local_shards, tmp_path, capsys):
-    out = s3.url("imagenet")
+def test_prepare_to_a_bucket_then_audit_there(bucket, archives, local_shards, tmp_path, capsys):
+    out = bucket.url("imagenet")
     staging = tmp_path / "staging"
     args = source_args(archives) + ["--out", out, "--staging", str(staging), "--json",
-                                    "--storage-option", f"endpoint_url={s3.endpoint}"]
+                                    "--storage-option", f"endpoint_url={bucket.endpoint}", *bucket.cli]
     assert prepare_main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["complete"] and summary["shards_built"] == summary["shards"] and summary["out"] == out
-    expect_same_set_on_s3(s3, "imagenet", local_shards)
+    expect_same_set_in(bucket, "imagenet", local_shards)
     assert [p for p in staging.rglob("*") if p.is_file()] == []  # every staged shard went up and was removed
-    rec = json.loads(s3.get("imagenet/_prepare/records/train-000000.json"))
+    rec = json.loads(bucket.get("imagenet/_prepare/records/train-000000.json"))
     assert rec["etag"] == storage.info(storage.join(out, rec["url"])).etag
 
     assert prepare_main(args) == 0  # rerun: everything verified by listing + records, nothing rebuilt
@@ -99,41 +99,41 @@ def test_prepare_to_s3_then_audit_on_s3(s3, archives, local_shards, tmp_path, ca
     assert again["shards_built"] == 0 and again["shards_reused"] == summary["shards"]
 
     report = tmp_path / "audit.json"
-    assert audit_main([out, "--quiet", "--workers", "2", "--json", str(report)]) == 0
+    assert audit_main([out, "--quiet", "--workers", "2", "--json", str(report), *bucket.cli]) == 0
     r = json.loads(report.read_text())
     assert r["ok"] and r["notes"] == [] and r["counts"]["train"]["samples_read"] == summary["splits"]["train"]["samples"]
     capsys.readouterr()
 
-    # listing works on S3: an unlisted shard is found, a missing one named
-    s3.put("imagenet/train/imagenet1k-train-999999.tar", b"stray")
-    s3.delete("imagenet/val/imagenet1k-validation-000000.tar")
-    assert audit_main([out, "--quiet", "--workers", "1"]) == 1
+    # listing works on buckets: an unlisted shard is found, a missing one named
+    bucket.put("imagenet/train/imagenet1k-train-999999.tar", b"stray")
+    bucket.delete("imagenet/val/imagenet1k-validation-000000.tar")
+    assert audit_main([out, "--quiet", "--workers", "1", *bucket.cli]) == 1
     text = capsys.readouterr().out
     assert "shard_extra" in text and "train/imagenet1k-train-999999.tar" in text
     assert "val/imagenet1k-validation-000000.tar" in text
 
 
 @pytest.mark.timeout(120)
-def test_resume_on_s3_rebuilds_only_what_the_records_do_not_vouch_for(s3, archives, local_shards, capsys):
-    out = s3.url("resume")
-    args = source_args(archives) + ["--out", out, "--json"]  # endpoint from AWS_ENDPOINT_URL this time
+def test_resume_in_a_bucket_rebuilds_only_what_the_records_do_not_vouch_for(bucket, archives, local_shards, capsys):
+    out = bucket.url("resume")
+    args = source_args(archives) + ["--out", out, "--json", *bucket.cli]  # S3: endpoint from AWS_ENDPOINT_URL
     assert prepare_main(args) == 0
     capsys.readouterr()
     entries = shard_entries(manifest_of(local_shards))
     same_size = entries[1]["url"]
-    good = s3.get(f"resume/{same_size}")
-    s3.put(f"resume/{same_size}", bytes(len(good)))        # replaced behind our back: same size, other ETag
-    s3.put(f"resume/{entries[2]['url']}", good[:1000])     # truncated
-    s3.delete(f"resume/{entries[3]['url']}")               # gone
-    s3.delete(f"resume/_prepare/records/{record_name(entries[4]['url'])}")  # shard fine, record gone
+    good = bucket.get(f"resume/{same_size}")
+    bucket.put(f"resume/{same_size}", bytes(len(good)))        # replaced behind our back: same size, other ETag
+    bucket.put(f"resume/{entries[2]['url']}", good[:1000])     # truncated
+    bucket.delete(f"resume/{entries[3]['url']}")               # gone
+    bucket.delete(f"resume/_prepare/records/{record_name(entries[4]['url'])}")  # shard fine, record gone
     assert prepare_main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["shards_built"] == 4
-    expect_same_set_on_s3(s3, "resume", local_shards)
+    expect_same_set_in(bucket, "resume", local_shards)
 
 
 @pytest.mark.timeout(120)
-def test_upload_that_fails_midway_then_rerun_is_consistent(s3, archives, local_shards, monkeypatch, capsys):
+def test_upload_that_fails_midway_then_rerun_is_consistent(bucket, archives, local_shards, monkeypatch, capsys):
     """The uploader dies after two shards, leaving a half-written object under a final name (what a
     non-atomic store could do; S3 itself never shows a partial object). No record vouches for it, so
     the manifest never trusts it: the rerun rebuilds it and the set is exactly the clean one."""
@@ -149,36 +149,36 @@ def test_upload_that_fails_midway_then_rerun_is_consistent(s3, archives, local_s
         real_put(local, url)
 
     monkeypatch.setattr(storage, "put_file", dying_put)
-    out = s3.url("broken")
-    args = source_args(archives) + ["--out", out, "--workers", "1"]
+    out = bucket.url("broken")
+    args = source_args(archives) + ["--out", out, "--workers", "1", *bucket.cli]
     assert prepare_main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "\n" not in err.strip()
-    assert "broken/manifest.json" not in s3.keys("broken/")
-    records = [k for k in s3.keys("broken/_prepare/records/")]
+    assert "broken/manifest.json" not in bucket.keys("broken/")
+    records = [k for k in bucket.keys("broken/_prepare/records/")]
     assert len(records) == 2
     monkeypatch.setattr(storage, "put_file", real_put)
     assert prepare_main(args) == 0
-    expect_same_set_on_s3(s3, "broken", local_shards)
-    assert audit_main([out, "--quiet", "--workers", "1"]) == 0
+    expect_same_set_in(bucket, "broken", local_shards)
+    assert audit_main([out, "--quiet", "--workers", "1", *bucket.cli]) == 0
 
 
 @pytest.mark.timeout(180)
-def test_kill_9_during_uploads_then_rerun_gives_the_clean_set(s3, archives, local_shards, tmp_path):
-    out = s3.url("killed")
-    cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli"] + source_args(archives) + ["--out", out, "--workers", "1",
-                                                                            "--staging", str(tmp_path / "stage")]
+def test_kill_9_during_uploads_then_rerun_gives_the_clean_set(bucket, archives, local_shards, tmp_path):
+    out = bucket.url("killed")
+    cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", *source_args(archives), "--out", out,
+           "--workers", "1", "--staging", str(tmp_path / "stage"), *bucket.cli]
     proc = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(s3.keys("killed/_prepare/records/")) < 2 and proc.poll() is None:
+    while time.monotonic() < deadline and len(bucket.keys("killed/_prepare/records/")) < 2 and proc.poll() is None:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole group, worker included: like a machine dying mid-upload
     proc.wait()
-    assert "killed/manifest.json" not in s3.keys("killed/"), "killed too late to test anything"
+    assert "killed/manifest.json" not in bucket.keys("killed/"), "killed too late to test anything"
     assert prepare_main(cmd[3:]) == 0
-    expect_same_set_on_s3(s3, "killed", local_shards)
+    expect_same_set_in(bucket, "killed", local_shards)
     assert [p for p in (tmp_path / "stage").rglob("*") if p.is_file()] == []
-    assert audit_main([out, "--quiet", "--workers", "1"]) == 0
+    assert audit_main([out, "--quiet", "--workers", "1", *bucket.cli]) == 0
 
 
 @pytest.mark.timeout(120)
@@ -205,11 +205,12 @@ def test_staged_shards_follow_the_umask_before_upload(s3, archives, local_shards
 
 
 @pytest.mark.timeout(60)
-def test_missing_bucket_is_one_clear_line(s3, archives, capsys):
-    assert prepare_main(source_args(archives) + ["--out", "s3://no-such-bucket-here/x"]) == 2
+def test_missing_bucket_is_one_clear_line(bucket, archives, capsys):
+    missing = bucket.url().split("://")[0] + "://no-such-bucket-here/x"
+    assert prepare_main(source_args(archives) + ["--out", missing, *bucket.cli]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "\n" not in err and "s3://no-such-bucket-here/x" in err
-    assert audit_main(["s3://no-such-bucket-here/x"]) == 2
+    assert err.startswith("error:") and "\n" not in err and missing in err
+    assert audit_main([missing, *bucket.cli]) == 2
     err = capsys.readouterr().err.strip()
     assert "no-such-bucket-here" in err and "\n" not in err
 
@@ -277,10 +278,10 @@ def expect_exactly_once(data: str, local_shards: Path, local_epochs: dict, **kw)
 
 
 @pytest.mark.timeout(120)
-def test_prepare_audit_load_from_s3(s3, archives, local_shards, local_epochs):
-    out = s3.url("e2e")
-    assert prepare_main(source_args(archives) + ["--out", out]) == 0
-    assert audit_main([out, "--quiet", "--workers", "2"]) == 0
+def test_prepare_audit_load_from_a_bucket(bucket, archives, local_shards, local_epochs):
+    out = bucket.url("e2e")
+    assert prepare_main(source_args(archives) + ["--out", out, *bucket.cli]) == 0
+    assert audit_main([out, "--quiet", "--workers", "2", *bucket.cli]) == 0
     expect_exactly_once(out, local_shards, local_epochs)
 
 
@@ -292,6 +293,17 @@ def test_loader_from_s3_through_faults_with_botocore_retries_off(s3, archives, l
     plan = FaultPlan(error_every=10, reset_every=4, delay_every=5, delay_s=0.02)
     with fault_proxy(moto_endpoint, plan) as proxy:
         storage.set_options("s3", {"endpoint_url": proxy, "config_kwargs": {"retries": {"max_attempts": 1}}})
+        expect_exactly_once(out, local_shards, local_epochs)
+    assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
+
+
+@pytest.mark.timeout(120)
+def test_loader_from_gcs_through_faults(gcs, archives, local_shards, local_epochs):
+    out = gcs.url("faulty")
+    assert prepare_main(source_args(archives) + ["--out", out, *gcs.cli]) == 0
+    plan = FaultPlan(error_every=10, reset_every=4, delay_every=5, delay_s=0.02)
+    with fault_proxy(gcs.endpoint, plan) as proxy:
+        storage.set_options("gs", {**gcs.options, "endpoint_url": proxy})
         expect_exactly_once(out, local_shards, local_epochs)
     assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
 

@@ -33,6 +33,7 @@ from imagenet_shards.pipeline.storage.retry import (RetryPolicy, RetryingReader,
 UNLISTABLE = ("http", "https")  # plain HTTP has no listing (an autoindex page is not one)
 READ_ONLY = ("http", "https")  # nor uploads: fsspec's HTTP backend can only read
 S3_PROTOCOLS = ("s3", "s3a")
+GCS_PROTOCOLS = ("gs", "gcs")
 UPLOAD_PART_BYTES = 64 * 2**20  # S3 multipart part size we upload with (so we know its composite ETag)
 
 
@@ -167,7 +168,23 @@ def fs_for(url):
     options = _OPTIONS.get(proto, {})
     if proto in UNLISTABLE:
         options = _http_defaults(options)
+    if proto in GCS_PROTOCOLS and options.get("endpoint_url"):
+        return _gcs_at_endpoint(url, options)
     return url_to_fs(url, **options)
+
+
+def _gcs_at_endpoint(url: str, options: dict):
+    """gcsfs's plain filesystem for a custom endpoint (an emulator, a private gateway).
+
+    Since 2026.x gcsfs's default class (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT``, on unless set to
+    false) asks Google's Storage Control API, over gRPC, what kind of bucket it talks to. A custom
+    endpoint does not serve that API: every call stalled ~60 s before falling back (measured against
+    gcp-storage-emulator). Plain objects need none of it, so with an endpoint we use the core class
+    (same as setting the variable to false); against Google itself gcsfs's default stays."""
+    from gcsfs.core import GCSFileSystem
+
+    fs = GCSFileSystem(**options)
+    return fs, fs._strip_protocol(url)
 
 
 def join(base, rel: str) -> str:
