@@ -1,0 +1,110 @@
+"""report-run and the loader verdict: TensorBoard events hold every scalar of metrics.jsonl, the
+one-page report of a real short CPU run has its panels, and the verdict logic on both sides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from imagenet_shards.train.report import verdict as V
+from imagenet_shards.train.report.cli import main as report_main
+from imagenet_shards.train.report.page import DPI, PAGE_INCHES, read_run
+from tests.fixtures.trainer import TINY, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# ----------------------------------------------------------------------------- the verdict (pure)
+
+def test_data_bound_from_wait_names_the_speedup_and_the_workers():
+    v = V.from_wait(0.34, workers=8, cores=32)
+    assert v.bound == "data-bound"
+    assert v.speedup_needed == pytest.approx(1 / 0.66)
+    assert v.workers_needed == 14  # ceil(8 x 1.515 x 1.1 headroom)
+    assert v.line.startswith("data-bound: the training loop waited 34 % of the time; ~1.5x more loader")
+    assert "raise --workers from 8 to ~14" in v.line
+
+
+def test_compute_bound_below_five_percent_wait():
+    v = V.from_wait(0.012, workers=8)
+    assert v.bound == "compute-bound" and v.workers_needed == 8
+    assert v.line == "compute-bound: data-wait 1.2 % (the loader keeps up)"
+
+
+def test_data_bound_beyond_the_cores_suggests_other_remedies():
+    v = V.from_rates(800, 2400, workers=8, cores=12)
+    assert v.bound == "data-bound" and v.speedup_needed == pytest.approx(3.0)
+    assert "more workers than the 12 cores can give" in v.line and "lower resolution" in v.line
+
+
+def test_rates_at_target_are_compute_bound_and_unknown_without_numbers():
+    assert V.from_rates(2500, 2400).bound == "compute-bound"
+    assert V.from_rates(None, 2400).bound == "unknown"
+    assert V.from_wait(None).bound == "unknown"
+
+
+def test_run_verdict_uses_the_last_epochs_steady_intervals():
+    records = [{"kind": "train_interval", "epoch": 0, "step": s, "data_wait_fraction": 0.9} for s in (2, 4)]
+    records += [{"kind": "train_interval", "epoch": 1, "step": 6, "data_wait_fraction": 0.8},  # warm-up interval
+                {"kind": "train_interval", "epoch": 1, "step": 8, "data_wait_fraction": 0.02},
+                {"kind": "train_interval", "epoch": 1, "step": 10, "data_wait_fraction": 0.04}]
+    v = V.from_metrics(records)
+    assert v.bound == "compute-bound" and v.wait_fraction == pytest.approx(0.03)
+    assert V.from_metrics([{"kind": "epoch", "data_wait_fraction": 0.5}]).bound == "data-bound"
+
+
+# ----------------------------------------------------------------------------- a real short run
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_shards, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "run"
+    assert run_cli("--data", tiny_shards, "--out", out, *TINY, "--epochs", "2", "--measure-ceiling", "4") == 0
+    return out
+
+
+def _numeric_fields(records: list[dict]) -> set[str]:
+    return {f"{r['kind']}/{k}" for r in records for k, v in r.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("time", "step")}
+
+
+def test_every_scalar_of_metrics_jsonl_reaches_tensorboard(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    records = read_run(str(run_dir))
+    expected = _numeric_fields(records)
+    for tag in ("train_interval/loss", "train_interval/acc", "train_interval/lr", "train_interval/img_per_s",
+                "train_interval/data_wait_fraction", "epoch/val_top1", "epoch/val_top5",
+                "efficiency/loader_efficiency"):
+        assert tag in expected, tag  # the run produced it, so the check below covers it
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert expected <= tags, sorted(expected - tags)
+    # and the values agree, e.g. the last val top-1
+    last = [r for r in records if r["kind"] == "epoch"][-1]
+    assert events.Scalars("epoch/val_top1")[-1].value == pytest.approx(last["val_top1"], rel=1e-6)
+
+
+def test_report_png_has_its_panels_and_the_verdict(run_dir, tmp_path, capsys):
+    out = tmp_path / "report.png"
+    assert report_main([str(run_dir), "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["report"] == str(out) and printed["bound"] in ("data-bound", "compute-bound")
+    img = np.asarray(Image.open(out).convert("L"))
+    assert img.shape == (PAGE_INCHES[1] * DPI, PAGE_INCHES[0] * DPI)
+    h, w = img.shape
+    # six cells in a 3x2 grid; each plot cell has dark pixels (axes, curves, text) beyond a blank page
+    for row in range(3):
+        for col in range(2):
+            cell = img[row * h // 3 + 20:(row + 1) * h // 3 - 20, col * w // 2 + 20:(col + 1) * w // 2 - 20]
+            assert (cell < 128).mean() > 0.01, (row, col)
+
+
+def test_report_of_a_folder_without_metrics_is_a_one_line_error(tmp_path, capsys):
+    assert report_main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no metrics.jsonl") and err.count("\n") == 1

@@ -1,0 +1,1 @@
+"""What a training run shows a person: a one-page report and the loader verdict (report-run)."""

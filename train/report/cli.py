@@ -1,0 +1,54 @@
+"""`report-run`: one page (PNG) of a training run's curves and the verdict on its data loading.
+
+  report-run RUN_DIR [--out report.png] [--json]
+
+Reads RUN_DIR/metrics.jsonl (a local folder or a URL) and draws loss, top-1/top-5, learning rate,
+throughput and data-wait over steps, with one verdict line: "data-bound: the training loop waited
+34 % of the time; ~1.5x more loader throughput needed ..." or "compute-bound: data-wait 1.2 %".
+Needs matplotlib (pip install -e '.[report]').
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from imagenet_shards.pipeline import storage
+from imagenet_shards.train.report.page import ReportError, draw_report, read_run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="report-run", description=__doc__.split("\n\n")[0],
+                                epilog="Exit codes: 0 written, 2 the run could not be read or drawn.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a train-imagenet --out folder (or a URL of a copy)")
+    p.add_argument("--out", default=None, help="PNG to write (default RUN_DIR/report.png; a local path)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    out = args.out or (os.path.join(args.run_dir, "report.png") if not storage.is_remote(args.run_dir) else "report.png")
+    if storage.is_remote(out):
+        print(f"error: --out takes a local path, got {storage.redact(out)}", file=sys.stderr)
+        return 2
+    try:
+        records = read_run(args.run_dir)
+        try:
+            verdict = draw_report(records, out, title=os.path.basename(os.path.normpath(args.run_dir)))
+        except ImportError:
+            raise ReportError("report-run draws with matplotlib: pip install -e '.[report]'") from None
+    except (ReportError, OSError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"report": out, **verdict.as_dict()}, sort_keys=True))
+    else:
+        print(f"wrote {out}\n{verdict.line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
