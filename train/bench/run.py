@@ -24,6 +24,8 @@ from imagenet_shards.train.bench.measure import measure_loader
 from imagenet_shards.train.bench.peers import PEERS_ENV
 from imagenet_shards.train.bench.report import machine_info, text_lines
 from imagenet_shards.train.loader import decode as dec
+from imagenet_shards.train.report.verdict import from_rates
+from imagenet_shards.train.trainer.host import usable_cores
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", metavar="DIR", default=None,
                    help=f"with --compare: the folder shared/peers/setup.sh built, whose ffcv/ and dali/ environments "
                         f"run the FFCV and DALI rows (default: ${PEERS_ENV}; neither: those rows are not run)")
+    p.add_argument("--target-img-s", type=float, default=None, metavar="RATE",
+                   help="the rate training needs (e.g. train-imagenet --synthetic-data's steady img/s for your model "
+                        "and GPUs): prints whether this loader is the bottleneck and what would fix it "
+                        "(default: no verdict)")
     return p
 
 
@@ -61,6 +67,9 @@ def main(argv=None) -> int:
         args.rounds = 3 if args.compare else 1
     if args.workers < 0 or args.batches < 1 or args.warmup < 1 or args.batch_size < 1 or args.rounds < 1:
         print("error: --workers must be >= 0, and --batches, --warmup, --batch-size, --rounds >= 1", file=sys.stderr)
+        return 2
+    if args.target_img_s is not None and args.target_img_s <= 0:
+        print("error: --target-img-s must be a positive rate (images per second)", file=sys.stderr)
         return 2
     if args.peers and not args.compare:
         print("error: --peers only matters with --compare", file=sys.stderr)
@@ -87,11 +96,16 @@ def main(argv=None) -> int:
         print(f"error: {e}".splitlines()[0], file=sys.stderr)
         return 2
     result["machine"] = machine_info()
+    if args.target_img_s:
+        result["verdict"] = from_rates(result["images_per_s"], args.target_img_s, workers=args.workers or 1,
+                                       cores=usable_cores()).as_dict()
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
         print("\n".join(text_lines(result, workers=args.workers, batch_size=args.batch_size, batches=args.batches,
                                    rounds=args.rounds)))
+        if "verdict" in result:
+            print(result["verdict"]["line"])
     return 0
 
 

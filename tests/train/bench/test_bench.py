@@ -69,6 +69,17 @@ def test_bench_loader_json(bench_set, capsys):
     assert bench.main([bench_set + "/nope", "--json"]) == 2
 
 
+def test_target_rate_gives_the_verdict(bench_set, capsys):
+    args = [bench_set, "--workers", "0", "--batches", "2", "--warmup", "1", "--batch-size", "4", "--res", "16"]
+    assert bench.main([*args, "--json", "--target-img-s", "1e9"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    v = out["verdict"]
+    assert v["bound"] == "data-bound" and v["speedup_needed"] == pytest.approx(1e9 / out["images_per_s"])
+    assert bench.main([*args, "--target-img-s", "0.001"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("compute-bound: the loader gives")
+    assert bench.main([*args, "--target-img-s", "-1"]) == 2
+
+
 def test_compare_every_expected_row_ran(bench_set, capsys):
     out = _compare_json(bench_set, capsys, "--workers", "0", *TINY)
     assert out["rounds"] == 3  # --help: 3 rounds with --compare
