@@ -60,3 +60,12 @@ def test_no_module_of_ours_shadows_the_standard_library():
     ours = {p.stem for top in ("pipeline", "train") for p in (REPO / top).rglob("*.py")}
     ours |= {p.name for top in ("pipeline", "train") for p in (REPO / top).rglob("*") if p.is_dir()}
     assert not ours & set(sys.stdlib_module_names) - {"__init__", "__main__"}
+
+
+def test_every_package_folder_is_listed_for_installation():
+    """pyproject lists the packages explicitly (the folders are mapped into imagenet_shards): a new
+    subpackage missing from the list would work in a checkout and be absent from a wheel."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"imagenet_shards." + ".".join(init.parent.relative_to(REPO).parts)
+             for top in ("pipeline", "train") for init in (REPO / top).rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)

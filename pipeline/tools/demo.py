@@ -1,6 +1,7 @@
 """`make demo`: the whole product on an embedded default, as a user would run it.
 
-synthetic ILSVRC2012-layout archives -> prepare-shards -> audit-shards --deep -> a short CPU training run.
+synthetic ILSVRC2012-layout archives -> prepare-shards -> audit-shards --deep -> a short CPU training run
+-> report-run (one page of the run's curves and the loader verdict).
 Each step is the real console script in a subprocess; the first step that fails stops the demo
 with its exit code.
 """
@@ -74,6 +75,8 @@ def main(argv=None) -> int:
           "--epochs", str(args.epochs), "--batch-size", "64", "--res", "64", "--val-res", "72",
           "--val-crop", "64", "--workers", "2", "--device", "cpu", "--amp", "none",
           "--warmup-epochs", "1", "--lr", "0.2", "--resume", "auto"]),
+        ("5. report-run: one page of the run's curves and the verdict on its data loading", "report-run",
+         [str(BIN / "report-run"), str(run_dir), "--out", str(out / "report.png")]),
     ]
     for title, name, cmd in steps:
         rc = _step(title, cmd)
@@ -84,7 +87,8 @@ def main(argv=None) -> int:
     print("\n=== demo summary")
     print(f"ran: {', '.join(ran)}")
     print(f"archives: {archives}\nshards:   {shards} (manifest.json, _info.json, *.wids.json)")
-    print(f"run:      {run_dir} (metrics.jsonl, checkpoints)")
+    print(f"run:      {run_dir} (metrics.jsonl, checkpoints, tensorboard/)")
+    print(f"report:   {out / 'report.png'}")
     return 0
 
 

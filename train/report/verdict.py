@@ -72,16 +72,30 @@ def from_rates(img_per_s: float | None, target_img_per_s: float | None, *, worke
                    f"~{speedup:.1f}x more loader throughput needed — {hint}")
 
 
-def from_metrics(records: list[dict], *, workers: int | None = None, cores: int | None = None) -> Verdict:
-    """Verdict of a run from its metrics.jsonl records: the steady-state data-wait of the last epoch.
+def for_run(wait_fraction: float | None, *, real_img_per_s: float | None = None,
+            ceiling_img_per_s: float | None = None, workers: int | None = None, cores: int | None = None) -> Verdict:
+    """A training run's verdict: from its loader efficiency (real ÷ synthetic-data ceiling) when the
+    ceiling was measured, the direct comparison; else from the loop's data-wait."""
+    if real_img_per_s and ceiling_img_per_s:
+        return from_rates(real_img_per_s, ceiling_img_per_s, workers=workers, cores=cores)
+    return from_wait(wait_fraction, workers=workers, cores=cores)
 
-    Uses the ``train_interval`` records of the last epoch seen, leaving out its first interval
-    (worker start-up and warm-up would read as data-wait); falls back to the epoch records."""
-    intervals = [r for r in records if r.get("kind") == "train_interval" and r.get("data_wait_fraction") is not None]
-    if intervals:
-        last = max(r.get("epoch", 0) for r in intervals)
-        steady = [r for r in intervals if r.get("epoch", 0) == last]
-        steady = steady[1:] or steady
-        return from_wait(sum(r["data_wait_fraction"] for r in steady) / len(steady), workers=workers, cores=cores)
+
+def from_metrics(records: list[dict], *, workers: int | None = None, cores: int | None = None) -> Verdict:
+    """Verdict of a run from its metrics.jsonl records: the same line the trainer printed at its end.
+
+    With an ``efficiency`` record (a measured ceiling): real vs ceiling rates. Otherwise the last
+    epoch's data-wait; for a run still in its first epoch, the mean of its intervals after the
+    first (worker start-up would read as data-wait)."""
+    efficiency = [r for r in records if r.get("kind") == "efficiency" and r.get("ceiling_img_per_s")]
+    if efficiency:
+        e = efficiency[-1]
+        return for_run(None, real_img_per_s=e.get("real_img_per_s"), ceiling_img_per_s=e["ceiling_img_per_s"],
+                       workers=workers, cores=cores)
     epochs = [r for r in records if r.get("kind") == "epoch" and r.get("data_wait_fraction") is not None]
-    return from_wait(epochs[-1]["data_wait_fraction"] if epochs else None, workers=workers, cores=cores)
+    if epochs:
+        return from_wait(epochs[-1]["data_wait_fraction"], workers=workers, cores=cores)
+    intervals = [r["data_wait_fraction"] for r in records
+                 if r.get("kind") == "train_interval" and r.get("data_wait_fraction") is not None]
+    steady = intervals[1:] or intervals
+    return from_wait(sum(steady) / len(steady) if steady else None, workers=workers, cores=cores)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.train.report.verdict import for_run
 from imagenet_shards.train.trainer import ceiling, host, preflight
 from imagenet_shards.train.trainer import checkpoint as ckpt
 from imagenet_shards.train.trainer.build import Parts, batch_bytes, build, read_dataset
@@ -149,6 +150,13 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
         return result
 
     metrics = MetricsLog(out, enabled=info.is_main)
+    cores_per_rank = max(1, host.usable_cores() // max(1, info.local_world_size))
+    metrics.log("start", workers=config.workers, world_size=info.world_size, cores_per_rank=cores_per_rank,
+                batch_size=config.batch_size, arch=config.arch, device=info.device.type)
+    print0(info, f"metrics: {out / 'metrics.jsonl'}; " + (
+        f"TensorBoard events: {metrics.tensorboard_dir} (tensorboard --logdir {out})" if metrics.tensorboard_dir
+        else "TensorBoard events: off (pip install -e '.[tensorboard]' to write them)")
+        + f"; one-page report: report-run {out}")
     try:
         if config.eval_only:
             result = run_eval(start_epoch)
@@ -196,7 +204,12 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
         if last is not None:
             result.update(ceiling.report_efficiency(config, info, parts, last, res=res, step=step, dtype=dtype,
                                                     autocast=autocast, criterion=criterion, metrics=metrics))
+        verdict = for_run(result.get("data_wait_fraction"), real_img_per_s=result.get("steady_img_per_s"),
+                          ceiling_img_per_s=result.get("ceiling_img_per_s"), workers=config.workers,
+                          cores=cores_per_rank)
+        result["loader_verdict"] = verdict.line
         metrics.log("final", **result)
+        print0(info, f"loader: {verdict.line}")
         return result
     finally:
         metrics.close()

@@ -70,6 +70,7 @@ class MetricsLog:
         self.enabled = enabled
         self.file = None
         self.tb = None
+        self.tensorboard_dir = None  # where events go, when they do
         if not enabled:
             return
         run_dir = Path(run_dir)
@@ -82,6 +83,7 @@ class MetricsLog:
                 SummaryWriter = None
             if SummaryWriter is not None:
                 self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+                self.tensorboard_dir = run_dir / "tensorboard"
 
     def log(self, kind: str, **fields) -> dict:
         """Write one record `{"kind": kind, "time": unix seconds, **fields}`; returns it."""

@@ -47,14 +47,16 @@ def test_rates_at_target_are_compute_bound_and_unknown_without_numbers():
     assert V.from_wait(None).bound == "unknown"
 
 
-def test_run_verdict_uses_the_last_epochs_steady_intervals():
-    records = [{"kind": "train_interval", "epoch": 0, "step": s, "data_wait_fraction": 0.9} for s in (2, 4)]
-    records += [{"kind": "train_interval", "epoch": 1, "step": 6, "data_wait_fraction": 0.8},  # warm-up interval
-                {"kind": "train_interval", "epoch": 1, "step": 8, "data_wait_fraction": 0.02},
-                {"kind": "train_interval", "epoch": 1, "step": 10, "data_wait_fraction": 0.04}]
-    v = V.from_metrics(records)
+def test_run_verdict_prefers_the_ceiling_then_the_last_epoch_then_intervals():
+    intervals = [{"kind": "train_interval", "epoch": 0, "step": 2, "data_wait_fraction": 0.8},  # start-up
+                 {"kind": "train_interval", "epoch": 0, "step": 4, "data_wait_fraction": 0.02},
+                 {"kind": "train_interval", "epoch": 0, "step": 6, "data_wait_fraction": 0.04}]
+    v = V.from_metrics(intervals)
     assert v.bound == "compute-bound" and v.wait_fraction == pytest.approx(0.03)
-    assert V.from_metrics([{"kind": "epoch", "data_wait_fraction": 0.5}]).bound == "data-bound"
+    epoch = [{"kind": "epoch", "epoch": 0, "step": 6, "data_wait_fraction": 0.5}]
+    assert V.from_metrics(intervals + epoch).bound == "data-bound"
+    efficiency = [{"kind": "efficiency", "real_img_per_s": 990.0, "ceiling_img_per_s": 1000.0}]
+    assert V.from_metrics(intervals + epoch + efficiency).bound == "compute-bound"
 
 
 # ----------------------------------------------------------------------------- a real short run
@@ -87,6 +89,24 @@ def test_every_scalar_of_metrics_jsonl_reaches_tensorboard(run_dir):
     # and the values agree, e.g. the last val top-1
     last = [r for r in records if r["kind"] == "epoch"][-1]
     assert events.Scalars("epoch/val_top1")[-1].value == pytest.approx(last["val_top1"], rel=1e-6)
+
+
+def test_the_run_records_its_set_up_and_ends_with_the_verdict(run_dir):
+    records = read_run(str(run_dir))
+    start = records[0]
+    assert start["kind"] == "start" and start["workers"] == 0 and start["cores_per_rank"] >= 1
+    final = records[-1]
+    assert final["kind"] == "final"
+    assert final["loader_verdict"] == V.from_metrics(records, workers=0, cores=start["cores_per_rank"]).line
+
+
+def test_the_run_says_where_tensorboard_events_go(tmp_path, capsys):
+    out = tmp_path / "syn"
+    assert run_cli("--synthetic-data", "--out", out, *TINY, "--epochs", "1", "--limit-batches", "2") == 0
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert f"TensorBoard events: {out / 'tensorboard'}" in text and f"report-run {out}" in text
+    assert "loader: " in text and (out / "tensorboard").is_dir()
 
 
 def test_report_png_has_its_panels_and_the_verdict(run_dir, tmp_path, capsys):
