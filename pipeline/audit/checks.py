@@ -14,6 +14,8 @@ from imagenet_shards.pipeline.format.keys import key_for, train_key_wnid
 SAMPLE_EXTS = ("cls", "jpg", "json")
 JSON_FIELDS = {"label": int, "wnid": str, "filename": str, "width": int, "height": int,
                "orig_width": int, "orig_height": int, "fixes": list}
+TEST_SPLIT = "test"  # unlabeled: .cls is -1 and the json's wnid is null (docs/format.md)
+TEST_JSON_FIELDS = {**JSON_FIELDS, "wnid": type(None)}
 
 
 def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: str) -> list[Problem]:
@@ -31,7 +33,11 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
             f"missing {', '.join('.' + e for e in missing)}" if missing else "",
             f"unexpected or repeated {', '.join('.' + e for e in extra)}" if extra else ""])))
     label = None
-    if s.cls is not None:
+    unlabeled = split == TEST_SPLIT
+    if s.cls is not None and unlabeled:
+        if s.cls != b"-1":
+            bad("cls_invalid", f".cls is {s.cls[:40]!r}; test samples are unlabeled: -1")
+    elif s.cls is not None:
         if re.fullmatch(rb"0|[1-9][0-9]*", s.cls):
             label = int(s.cls)
             if not 0 <= label < len(classes):
@@ -43,14 +49,18 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
     if s.json is not None:
         try:
             meta = json.loads(s.json)
-            wrong = [k for k, t in JSON_FIELDS.items() if not isinstance(meta.get(k), t) or meta.get(k) is True]
+            fields = TEST_JSON_FIELDS if unlabeled else JSON_FIELDS
+            wrong = [k for k, t in fields.items() if not isinstance(meta.get(k), t) or meta.get(k) is True]
             if wrong:
                 bad("json_invalid", f"json lacks or mistypes {', '.join(wrong)}")
                 meta = None
         except (ValueError, AttributeError):
             bad("json_invalid", "json does not parse as an object")
             meta = None
-    if meta is not None:
+    if meta is not None and unlabeled:
+        if meta["label"] != -1:
+            bad("label_mismatch", f"json label is {meta['label']}; test samples are unlabeled: -1")
+    elif meta is not None:
         if label is not None and meta["label"] != label:
             bad("label_mismatch", f".cls says {label} ({classes[label]['wnid']}) but json says {meta['label']}")
         if 0 <= meta["label"] < len(classes) and classes[meta["label"]]["wnid"] != meta["wnid"]:
@@ -59,8 +69,8 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
         key_wnid = train_key_wnid(s.key)
         if split == "train" and key_wnid and key_wnid != meta["wnid"]:
             bad("wnid_mismatch", f"train key names class {key_wnid} but json wnid is {meta['wnid']}")
-        if key_for(meta["filename"]) != s.key:
-            bad("key_mismatch", f"json filename {meta['filename']!r} does not give key {s.key}")
+    if meta is not None and key_for(meta["filename"]) != s.key:
+        bad("key_mismatch", f"json filename {meta['filename']!r} does not give key {s.key}")
     if "jpg" in counts:
         if s.jpg_head != b"\xff\xd8\xff":
             bad("not_jpeg", f".jpg does not start with a JPEG marker ({s.jpg_head!r})")

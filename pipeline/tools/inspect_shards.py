@@ -160,9 +160,12 @@ def draw_contact_sheet(samples: list[Sample], classes: list[dict], *, cols: int 
             json_wnid = json.loads(s.files["json"])["wnid"]
         except (KeyError, ValueError, TypeError):
             json_wnid = None
-        wnid, name = (c["wnid"], c["name"].split(",")[0]) if c else ("?", "label not in class table")
-        agree = c is not None and json_wnid == wnid
-        caption = (f"{label} {wnid}" + ("" if agree else f" json:{json_wnid}"), name, s.key)
+        if label == -1 and json_wnid is None:  # the test split: unlabeled by design
+            c, wnid, name, agree = None, None, "unlabeled (test)", True
+        else:
+            wnid, name = (c["wnid"], c["name"].split(",")[0]) if c else ("?", "label not in class table")
+            agree = c is not None and json_wnid == wnid
+        caption = (f"{label} {wnid or '-'}" + ("" if agree else f" json:{json_wnid}"), name, s.key)
         for j, (text, color) in enumerate(zip(caption, (FG if agree else BAD, FG if agree else BAD, DIM))):
             draw.text((x0 + PAD, y0 + 2 * PAD + tile + j * LINE - 2), _fit(draw, text, font, tile), fill=color,
                       font=font)

@@ -142,6 +142,24 @@ def test_the_unlabeled_test_split_comes_out_with_label_minus_one(src, tmp_path):
     assert {json.loads(s["json"])["wnid"] for s in samples} == {None}
     info = json.loads((out / "_info.json").read_text())
     assert info["splits"]["test"]["num_samples"] == 4
+    # the audit and the inspector know the test split is unlabeled by design
+    from imagenet_shards.pipeline.audit.cli import main as audit_main
+    from imagenet_shards.pipeline.tools.inspect_shards import main as inspect_main
+
+    assert audit_main([str(out), "--deep", "--quiet", "--workers", "1"]) == 0
+    assert inspect_main([str(out), "--split", "test", "--n", "4", "--out", str(tmp_path / "grid.png")]) == 0
+
+
+def test_the_audit_refuses_a_labeled_sample_in_the_test_split(src, tmp_path, capsys):
+    from imagenet_shards.pipeline.audit.checks import check_sample
+    from imagenet_shards.pipeline.audit.observe import SampleObservation
+
+    meta = {"label": 3, "wnid": "n01440764", "filename": "ILSVRC2012_test_00000001.JPEG", "width": 1, "height": 1,
+            "orig_width": 1, "orig_height": 1, "fixes": []}
+    s = SampleObservation(key="ILSVRC2012_test_00000001", exts=["cls", "jpg", "json"], cls=b"3",
+                          json=json.dumps(meta).encode(), jpg_head=b"\xff\xd8\xff")
+    kinds = {p.kind for p in check_sample(s, "test", [{"wnid": "n01440764"}] * 4, "test/x.tar")}
+    assert {"cls_invalid", "json_invalid"} <= kinds
 
 
 def test_a_glob_that_matches_nothing_is_a_one_line_error(tmp_path, capsys):
