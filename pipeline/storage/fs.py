@@ -221,24 +221,24 @@ def read_bytes(url) -> bytes:
         return f.read()
 
 
-def exists(url) -> bool:
-    """True if `url` names an existing file or directory."""
+def _ask(url, local_test, remote_method: str) -> bool:
+    """A yes/no question about `url`: os.path's answer locally, else the filesystem's (fresh, retried)."""
     path = local_path(url)
     if path is not None:
-        return os.path.exists(path)
+        return local_test(path)
     fs, p = fs_for(url)
     fs.invalidate_cache(p)
-    return bool(call(lambda: fs.exists(p), url))
+    return bool(call(lambda: getattr(fs, remote_method)(p), url))
+
+
+def exists(url) -> bool:
+    """True if `url` names an existing file or directory."""
+    return _ask(url, os.path.exists, "exists")
 
 
 def isdir(url) -> bool:
     """True if `url` names a directory (or, on object stores, a prefix holding objects)."""
-    path = local_path(url)
-    if path is not None:
-        return os.path.isdir(path)
-    fs, p = fs_for(url)
-    fs.invalidate_cache(p)
-    return bool(call(lambda: fs.isdir(p), url))
+    return _ask(url, os.path.isdir, "isdir")
 
 
 def size(url) -> int:
