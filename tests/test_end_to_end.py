@@ -2,7 +2,7 @@
 
 Val top-1 far above chance is the proof that train and val labels line up through the whole chain
 (devkit IDs -> WNIDs -> sorted-WNID labels -> shards -> loader -> model). The longer 10-class run
-is tests/test_trainer.py::test_learns_synthetic_imagenet_end_to_end (slow).
+is tests/train/trainer/test_trainer.py::test_learns_synthetic_imagenet_end_to_end (slow).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every console script, ``python -m imagenet_shards.train`` and ``torchrun -m imagenet_shards.train``
 run from a folder that holds a ``train.py`` and a ``pipeline.py`` which would announce themselves if
 they were ever imported or run; and no module of ours is named like a standard-library module
-(running one of our files directly would otherwise shadow it, as ``pipeline/inspect.py`` once did).
+(running one of our files directly would otherwise shadow the standard module of that name).
 """
 
 from __future__ import annotations

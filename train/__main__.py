@@ -1,4 +1,4 @@
-"""`python -m train` / `torchrun -m train`: the train-imagenet command."""
+"""`python -m imagenet_shards.train` / `torchrun -m imagenet_shards.train`: the train-imagenet command."""
 
 import sys
 
