@@ -124,6 +124,19 @@ def test_report_png_has_its_panels_and_the_verdict(run_dir, tmp_path, capsys):
             assert (cell < 128).mean() > 0.01, (row, col)
 
 
+def test_report_of_a_remote_run_folder(run_dir, tmp_path, capsys):
+    """A copy of the run folder behind HTTP (or in a bucket) reports the same verdict."""
+    from tests.fixtures.servers import serve_http
+
+    local = tmp_path / "local.png"
+    assert report_main([str(run_dir), "--out", str(local), "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)["line"]
+    with serve_http(run_dir) as base:
+        assert report_main([base, "--out", str(tmp_path / "remote.png"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["line"] == want and (tmp_path / "remote.png").stat().st_size > 10_000
+    assert report_main([str(run_dir), "--out", "s3://bucket/report.png"]) == 2  # --out is local only
+
+
 def test_report_of_a_folder_without_metrics_is_a_one_line_error(tmp_path, capsys):
     assert report_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
