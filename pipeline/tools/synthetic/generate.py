@@ -15,6 +15,9 @@ uses ID-1 as the label gives visibly wrong labels. With quirks on, the real arch
 planted (a PNG and CMYK JPEGs under their real names, grayscale, truncated, empty, EXIF-rotated,
 huge, tiny, RGBA PNG, palette GIF, an AppleDouble `._` file, a CMYK val image).
 Same arguments -> byte-identical files (tar mtime/uid 0, gzip mtime 0, fixed .mat header).
+With `imagenet_like` (--imagenet-like) the clean images get ImageNet's bytes per pixel, size spread
+and a few progressive JPEGs (`images.render_photo`, `images.imagenet_like_size`): the set for speed
+figures. The quirks stay as they are.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ import tarfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.tools.synthetic.archives import add_member, devkit_bytes, kaggle_solution, tar_bytes
 from imagenet_shards.pipeline.tools.synthetic.hf import write_hf_layouts
-from imagenet_shards.pipeline.tools.synthetic.images import class_styles
+from imagenet_shards.pipeline.tools.synthetic.images import (PHOTO_PROGRESSIVE_FRACTION, PHOTO_QUALITY, class_styles,
+                                                             imagenet_like_size, photo_bytes)
 from imagenet_shards.pipeline.tools.synthetic.plan import (MIN_TRAIN_WITH_QUIRKS, QUIRK_CLASSES, SAMPLE_FACTS, Planned,
                                                            choose_classes, ilsvrc_ids, member_bytes, plan_samples)
 
@@ -109,12 +115,25 @@ def _check_args(classes: int, train_per_class: int, val_per_class: int, quirks: 
                          "to --layout")
 
 
+def _imagenet_like_plan(plan: list[Planned], seed: int) -> None:
+    """Give the clean and progressive members ImageNet's sizes, q75..95, and ~2 % progressive."""
+    rng = np.random.default_rng([seed, 3])
+    for p in plan:
+        if p.kind in ("clean", "progressive"):
+            p.kind = "progressive" if rng.random() < PHOTO_PROGRESSIVE_FRACTION else "clean"
+            p.size = imagenet_like_size(rng)
+            p.quality = int(rng.integers(*PHOTO_QUALITY))
+
+
 def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class: int = 10,
-             seed: int = 0, quirks: bool = True, layouts=("ilsvrc",), progress: bool = True) -> dict:
+             seed: int = 0, quirks: bool = True, layouts=("ilsvrc",), progress: bool = True,
+             imagenet_like: bool = False) -> dict:
     """Write a synthetic ILSVRC2012 under `out` and return the expected dict (also OUT/expected.json).
 
     labels: `label` = index of the WNID in the full 1000-class sorted table, `local_label` = index
     among the chosen classes. width/height are as PIL opens the member (EXIF not applied).
+    `imagenet_like`: clean images with ImageNet's bytes per pixel (~0.6) and size spread, for speed
+    figures (slower to write: ~25 ms an image).
     Raises ValueError for arguments that cannot work (too few classes for the quirks, ...).
     """
     from tqdm import tqdm
@@ -128,10 +147,16 @@ def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class
     label_of = {c.wnid: c.index for c in imagenet_1k_classes()}
     styles = dict(zip(wnids, class_styles(len(wnids), seed)))
     plan = plan_samples(wnids, train_per_class, val_per_class, seed, quirks)
+    if imagenet_like:
+        _imagenet_like_plan(plan, seed)
     samples, boxes = [], {}
 
     def build(p: Planned) -> bytes:
-        data, box = member_bytes(p, styles[p.wnid], seed, label_of[p.wnid])
+        if imagenet_like and p.kind in ("clean", "progressive"):
+            rng = np.random.default_rng([seed, label_of[p.wnid], 0 if p.split == "train" else 1, p.number, 3])
+            data, box = photo_bytes(styles[p.wnid], rng, *p.size, p.quality, progressive=p.kind == "progressive")
+        else:
+            data, box = member_bytes(p, styles[p.wnid], seed, label_of[p.wnid])
         fmt, mode, expect, fixes, reason = SAMPLE_FACTS[p.kind]
         has_pixels = fmt is not None
         samples.append({
@@ -184,7 +209,8 @@ def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class
     expected = {
         "seed": seed,
         "args": {"classes": classes, "train_per_class": train_per_class, "val_per_class": val_per_class,
-                 "seed": seed, "quirks": quirks, "layouts": list(layouts)},
+                 "seed": seed, "quirks": quirks, "layouts": list(layouts),
+                 **({"imagenet_like": True} if imagenet_like else {})},
         "classes": wnids,
         "ilsvrc_ids": ids,
         "files": {k: v for name in LAYOUTS if name in want for k, v in LAYOUT_FILES[name].items()},
@@ -234,6 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "WNID.tar), hf-targz (OUT/hf/data/*.tar.gz) and hf-parquet (OUT/hf-parquet/data/"
                              "*.parquet), the Hugging Face ILSVRC/imagenet-1k forms of the same images (need "
                              "ilsvrc; parquet needs pyarrow); default ilsvrc")
+    parser.add_argument("--imagenet-like", action="store_true",
+                        help="clean images with ImageNet's bytes per pixel (~0.6 at q75..95), size spread (~17%% "
+                             "over 500 px, a few up to 4000 px) and ~2%% progressive JPEGs: the set for speed "
+                             "figures (default: smooth, small pictures that write fast)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -245,7 +275,7 @@ def main(argv=None) -> int:
     try:
         expected = generate(args.out, classes=args.classes, train_per_class=args.train_per_class,
                             val_per_class=args.val_per_class, seed=args.seed, quirks=args.quirks,
-                            layouts=layouts, progress=not args.quiet)
+                            layouts=layouts, progress=not args.quiet, imagenet_like=args.imagenet_like)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

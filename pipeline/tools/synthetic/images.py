@@ -8,6 +8,14 @@ noise. Pictures are drawn at low resolution with vectorised numpy and upscaled w
 
 `encode_sample(kind, image, mask, quality, progressive)` turns a picture into the member bytes for
 one sample kind: a clean JPEG or one of the known ILSVRC2012 quirks (the kinds of `plan.SAMPLE_FACTS`).
+
+ImageNet-like mode (`make-synthetic-imagenet --imagenet-like`, for speed figures): the smooth
+pictures above compress to ~0.15 bytes/pixel, while ImageNet's average 0.6 (110 KB at 500x375), and
+Huffman decoding, the floor of every JPEG loader, scales with the compressed bytes, so smooth bench
+images inflate every per-core rate. `render_photo` adds what photos have (hard-edged shapes, texture
+at several scales, sensor grain)
+over the class's picture (q75..95 averages ~0.6), and `imagenet_like_size` draws ImageNet's size spread (most at or under
+500 px, ~17 % larger, ~0.5 % very large).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw
 
 FAMILIES = ("stripes", "checker", "rings", "blobs", "dots", "waves")
 # Draw at 1/DOWNSCALE of the output size, then upscale: fast, and smooth like a photo.
@@ -138,6 +146,67 @@ def render(style: ClassStyle, rng: np.random.Generator, width: int, height: int,
     if (w, h) == (width, height):
         return small, box, mask
     return small.resize((width, height), Image.BILINEAR), box, mask
+
+
+# ---- ImageNet-like pictures and sizes (--imagenet-like) ---------------------------------------
+
+# Fractions of ImageNet-like images whose longer side is over 500 px, and over 2000 px (a few
+# camera originals up to 4000 px, as in the real train set).
+OVER_500_FRACTION, VERY_LARGE_FRACTION = 0.17, 0.005
+PHOTO_QUALITY = (75, 96)  # JPEG quality drawn from [75, 96)
+PHOTO_PROGRESSIVE_FRACTION = 0.02
+
+
+def imagenet_like_size(rng: np.random.Generator) -> tuple[int, int]:
+    """(width, height) from ImageNet's spread: ~83 % with longer side <= 500 (mostly 500x375/500x333
+    and their portrait forms), ~17 % larger (501..1600 px), of which a few 2000..4000 px."""
+    r = rng.random()
+    aspect = (4 / 3, 3 / 2, 1.0, 16 / 9, 5 / 4)[int(rng.choice(5, p=(0.5, 0.25, 0.1, 0.08, 0.07)))]
+    if r < VERY_LARGE_FRACTION:
+        longer = int(rng.integers(2000, 4001))
+    elif r < OVER_500_FRACTION:
+        longer = int(np.exp(rng.uniform(np.log(501), np.log(1600))))
+    elif r < OVER_500_FRACTION + 0.63:
+        longer = 500
+    else:
+        longer = int(rng.integers(150, 500))
+    shorter = max(16, round(longer / aspect))
+    return (longer, shorter) if rng.random() < 0.75 else (shorter, longer)
+
+
+def render_photo(style: ClassStyle, rng: np.random.Generator, width: int, height: int,
+                 quality: int) -> tuple[Image.Image, tuple[float, float, float, float], np.ndarray]:
+    """Like `render`, with a photo's detail: hard-edged shapes, mid-scale texture and grain.
+
+    With quality drawn from q75..95 the set averages ImageNet's ~0.6 bytes per pixel (q75 ~0.4,
+    q95 ~0.85; tests check the mean). `quality` is taken for the caller's convenience only.
+    """
+    image, box, mask = render(style, rng, width, height, downscale=16 if max(width, height) > 2000 else DOWNSCALE)
+    draw = ImageDraw.Draw(image)
+    w, h = image.size
+    base = np.asarray(colorsys.hsv_to_rgb(style.hue, 0.6, 0.8)) * 255
+    for _ in range(int(rng.integers(6, 16))):
+        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+        x1, y1 = x0 + int(rng.integers(4, w // 3 + 5)), y0 + int(rng.integers(4, h // 3 + 5))
+        fill = tuple(int(v) for v in np.clip(base + rng.normal(0, 70, 3), 0, 255))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)((x0, y0, x1, y1), fill=fill)
+    a = np.asarray(image, dtype=np.float32)
+    # mid-scale texture (foliage, fur, fabric): noise drawn at 2/3 size and upscaled
+    tw, th = max(2, w * 2 // 3), max(2, h * 2 // 3)
+    tex = rng.normal(0, 1, (th, tw)).astype(np.float32)
+    tex = np.asarray(Image.fromarray(tex, "F").resize((w, h), Image.BILINEAR))
+    grain = 28.0  # sigma in 8-bit levels: the detail a Flickr photo keeps at q75..95
+    a += (24.0 * tex)[..., None]
+    a += rng.normal(0, grain, (h, w, 1)).astype(np.float32)  # luma grain
+    a += rng.normal(0, grain * 0.5, (h, w, 3)).astype(np.float32)  # chroma grain
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "RGB"), box, mask
+
+
+def photo_bytes(style: ClassStyle, rng: np.random.Generator, width: int, height: int, quality: int,
+                progressive: bool = False) -> tuple[bytes, tuple[float, float, float, float]]:
+    """One ImageNet-like JPEG of the class (4:2:0, like nearly all of ImageNet's): (bytes, object box)."""
+    image, box, _ = render_photo(style, rng, width, height, quality)
+    return _jpeg(image, quality, progressive=progressive), box
 
 
 # ---- bytes for each sample kind -------------------------------------------------------------

@@ -257,6 +257,48 @@ def test_cut_jpeg_padded_with_zeros_is_truncated(progressive):
         assert (r.status, r.reason) == ("rejected", "truncated"), cut
 
 
+def _full_decode_verdict(data: bytes) -> bool:
+    """What a full-size PIL decode (the validation before the 1/8 path) says: True if it loads."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+        return True
+    except Exception:  # noqa: BLE001 - any decoder error is the verdict
+        return False
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_passthrough_validation_at_one_eighth_scale_is_as_strict_as_a_full_decode(progressive):
+    """Pass-through JPEGs are validated by a 1/8 DCT-scaled decode, which still entropy-decodes
+    every block. Planted damage mid-image: cuts (with and without an end marker) are rejected, and
+    for corrupt entropy data (random bytes, a stray marker, zeros, a missing stretch) the verdict
+    equals a full decode's. (Neither catches every corrupt-but-complete scan: libjpeg only warns
+    about bad Huffman codes and PIL does not surface warnings; docs/benchmarks.md.)"""
+    data = jpeg(480, 360, progressive=progressive)
+    assert process_image(data, DEFAULT).passthrough
+    sos = data.find(b"\xff\xda")
+    mid = (sos + len(data)) // 2
+    rng = np.random.default_rng(1)
+    cut = data[:mid]
+    assert (process_image(cut, DEFAULT).reason, _full_decode_verdict(cut)) == ("truncated", False)
+    cut_with_eoi = data[:mid] + b"\xff\xd9"
+    r = process_image(cut_with_eoi, DEFAULT)
+    assert (r.status == "ok") == _full_decode_verdict(cut_with_eoi)
+    damaged = {
+        "random": data[:mid] + rng.integers(0, 255, 200, dtype=np.uint8).tobytes() + data[mid + 200:],
+        "marker": data[:mid] + b"\xff\xd3" + data[mid + 2:],
+        "zeros": data[:mid] + bytes(500) + data[mid + 500:],
+        "missing": data[:mid] + data[mid + 3000:],
+        "header_in_scan": data[:mid] + data[:600] + data[mid + 600:],
+    }
+    for name, bad in damaged.items():
+        r = process_image(bad, DEFAULT)
+        assert (r.status == "ok") == _full_decode_verdict(bad), name
+        assert r.status == "ok" or r.reason in ("corrupt", "truncated"), name
+    # markers planted mid-scan (a second header) make libjpeg fail, not warn: caught on both paths
+    assert process_image(damaged["header_in_scan"], DEFAULT).reason == "corrupt"
+
+
 def test_resize_path_rejects_a_cut_jpeg_too():
     data = jpeg(1200, 900)
     r = process_image(data[: len(data) * 2 // 3], DEFAULT)  # would go through draft + resize

@@ -347,3 +347,37 @@ def test_classes_are_learnable_by_nearest_class_mean(synthetic_imagenet):
     predicted = ((feats[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
     accuracy = float((predicted == truth).mean())
     assert accuracy >= 0.8, f"nearest-class-mean accuracy {accuracy:.2f} (chance {1 / k:.2f})"
+
+
+def test_imagenet_like_set_has_imagenets_bytes_per_pixel_and_size_spread(make_synthetic):
+    """Statistics of a 204-image --imagenet-like set (deterministic in the seed, not timed): mean
+    bytes/pixel in ImageNet's 0.5..0.7, 10..25 % of images over 500 px (ImageNet: ~15..20 %), and
+    a few progressive JPEGs."""
+    out = make_synthetic(classes=4, train_per_class=50, val_per_class=1, quirks=False, imagenet_like=True)
+    expected = load_expected(out)
+    assert expected["args"]["imagenet_like"] is True
+    members = all_member_bytes(out)
+    assert len(members) == 204
+    per_pixel, longer, progressive = [], [], 0
+    for s in expected["samples"]:
+        data = members[s["member"]]
+        with Image.open(io.BytesIO(data)) as img:
+            assert (img.format, img.mode, img.size) == ("JPEG", "RGB", (s["width"], s["height"]))
+            progressive += bool(img.info.get("progressive"))
+        per_pixel.append(len(data) / (s["width"] * s["height"]))
+        longer.append(max(s["width"], s["height"]))
+    longer = np.array(longer)
+    assert 0.5 <= float(np.mean(per_pixel)) <= 0.7
+    assert 0.10 <= float(np.mean(longer > 500)) <= 0.25
+    assert np.mean(longer <= 500) >= 0.75 and np.median(longer) == 500
+    assert 1 <= progressive <= 10
+
+
+def test_imagenet_like_sizes_follow_imagenets_spread():
+    """The size draw itself over 20,000 draws: 15..20 % over 500 px, a few (0.2..1 %) over 2000 px."""
+    from imagenet_shards.pipeline.tools.synthetic.images import imagenet_like_size
+    rng = np.random.default_rng(0)
+    longer = np.array([max(imagenet_like_size(rng)) for _ in range(20000)])
+    assert 0.15 <= float(np.mean(longer > 500)) <= 0.20
+    assert 0.002 <= float(np.mean(longer > 2000)) <= 0.01
+    assert longer.max() <= 4000 and longer.min() >= 16
