@@ -4,8 +4,8 @@ Restartable by construction: a shard exists under its final name only when compl
 (``OUT/_prepare/records/``) is written after it. A rerun verifies what is there (record + size +
 sha256, or for a remote OUT record + size + ETag) and builds only the rest; shards are
 byte-reproducible, so the result equals a clean run. OUT is a local folder or any fsspec URL
-(s3://...): `outdir` hides the difference. A subset (`Config.subset`) is resolved here, once the
-sources' classes are known: the kept classes, their labels and 1k indexes, and each split's selection.
+(s3://...): `outdir` hides the difference. A subset (`Config.subset`) is resolved once the sources'
+classes are known (`plan.plan_splits`): the kept classes, their labels and 1k indexes, each split's selection.
 """
 
 from __future__ import annotations
