@@ -66,6 +66,8 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
         if 0 <= meta["label"] < len(classes) and classes[meta["label"]]["wnid"] != meta["wnid"]:
             bad("wnid_mismatch", f"json label {meta['label']} is {classes[meta['label']]['wnid']} in the class "
                                  f"table but json wnid is {meta['wnid']}")
+        if "label_1k" in meta or (meta["label"] >= 0 and any("imagenet_1k_index" in c for c in classes[:1])):
+            out += _check_label_1k(meta, classes, shard, s.key)
         key_wnid = train_key_wnid(s.key)
         if split == "train" and key_wnid and key_wnid != meta["wnid"]:
             bad("wnid_mismatch", f"train key names class {key_wnid} but json wnid is {meta['wnid']}")
@@ -85,6 +87,22 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
             if meta is not None and (w, h) != (meta["width"], meta["height"]):
                 bad("size_mismatch", f"decodes to {w}x{h} but json says {meta['width']}x{meta['height']}")
     return out
+
+
+def _check_label_1k(meta: dict, classes: list[dict], shard: str, key: str) -> list[Problem]:
+    """A class subset's sample json keeps the ImageNet-1k index (`label_1k`); it must be the one
+    the class table gives its class (`imagenet_1k_index`)."""
+    if "label_1k" not in meta:
+        return [Problem("label_1k_mismatch", shard, key, "json lacks label_1k, which a class-subset set's "
+                                                        "samples carry")]
+    got = meta["label_1k"]
+    if got is not None and (not isinstance(got, int) or isinstance(got, bool)):
+        return [Problem("json_invalid", shard, key, f"json label_1k is {got!r}, not an integer or null")]
+    if 0 <= meta["label"] < len(classes) and classes[meta["label"]].get("imagenet_1k_index", "absent") != got:
+        want = classes[meta["label"]].get("imagenet_1k_index", "absent")
+        return [Problem("label_1k_mismatch", shard, key, f"json label_1k is {got} but the class table gives "
+                                                        f"{meta['wnid']} the ImageNet-1k index {want}")]
+    return []
 
 
 def sample_wnid(s: SampleObservation, classes: list[dict]) -> str | None:

@@ -75,9 +75,14 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
         for what in sums:
             if sums[what] != said[what]:
                 bad(f"splits.{name}: {what} add up to {sums[what]}, not {said[what]}", "manifest_inconsistent")
-        if s["images_in"] != s["num_samples"] + s["num_rejected"] + s["num_skipped"]:
-            bad(f"splits.{name}: images_in {s['images_in']} != num_samples + num_rejected + num_skipped "
-                f"({s['num_samples']} + {s['num_rejected']} + {s['num_skipped']})", "manifest_inconsistent")
+        excluded = s.get("excluded_by_subset", 0)  # a subset run's inputs left out on purpose
+        if not isinstance(excluded, int):
+            bad(f"splits.{name}.excluded_by_subset is not an integer")
+        elif s["images_in"] != s["num_samples"] + s["num_rejected"] + s["num_skipped"] + excluded:
+            bad(f"splits.{name}: images_in {s['images_in']} != num_samples + num_rejected + num_skipped"
+                + (" + excluded_by_subset" if excluded else "")
+                + f" ({s['num_samples']} + {s['num_rejected']} + {s['num_skipped']}"
+                + (f" + {excluded}" if excluded else "") + ")", "manifest_inconsistent")
         unknown = sorted(set(s["class_counts"]) - {c.get("wnid") for c in classes if isinstance(c, dict)})
         if unknown:
             bad(f"splits.{name}.class_counts names WNIDs not in the class table: {', '.join(unknown[:5])}",

@@ -20,6 +20,7 @@ MANIFEST_NAME = "manifest.json"
 DATASET_NAME = "imagenet1k"
 INFO_SPLIT_NAMES = {"train": "train", "val": "validation"}
 CONSERVATION = "per split: images_in = num_samples + num_rejected + num_skipped"
+CONSERVATION_SUBSET = CONSERVATION + " + excluded_by_subset"  # a subset run (config.subset; format/subset.py)
 
 
 def dumps(obj) -> str:
@@ -58,9 +59,13 @@ def build_manifest(state: dict, records: dict[str, list[dict]]) -> dict:
             "class_counts": dict(sorted(class_counts.items())),
             "shards": [{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")} for r in recs],
         }
-        if entry["images_in"] != num_samples + entry["num_rejected"] + entry["num_skipped"]:
+        if "excluded_by_subset" in split_state:
+            entry["excluded_by_subset"] = split_state["excluded_by_subset"]
+        if entry["images_in"] != (num_samples + entry["num_rejected"] + entry["num_skipped"]
+                                  + entry.get("excluded_by_subset", 0)):
             raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
-                                 f"{entry['num_rejected']} rejected, {entry['num_skipped']} skipped")
+                                 f"{entry['num_rejected']} rejected, {entry['num_skipped']} skipped, "
+                                 f"{entry.get('excluded_by_subset', 0)} excluded by the subset")
         splits[split] = entry
         rejected += split_rejected
         skipped += split_skipped
@@ -85,7 +90,7 @@ def build_manifest(state: dict, records: dict[str, list[dict]]) -> dict:
         "fixed": {"counts": dict(sorted(fix_counts.items())),
                   "samples": sorted(fix_samples, key=lambda x: (x["split"], x["key"]))},
         "totals": totals,
-        "conservation": CONSERVATION,
+        "conservation": CONSERVATION_SUBSET if "subset" in state["config"] else CONSERVATION,
     }
 
 

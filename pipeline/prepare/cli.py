@@ -67,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     sh.add_argument("--splits", default="train,val", help="which splits to build: train, val, test (default train,val)")
+    sub = p.add_argument_group("subsets (reproducible with --seed; recorded in the manifest; docs/prepare.md)")
+    sub.add_argument("--classes", metavar="N|FILE",
+                     help="keep N classes drawn with --seed, or those of FILE (one WNID a line, # comments); "
+                          "applies to train and val; labels become the index among the kept WNIDs, sorted")
+    pick = sub.add_mutually_exclusive_group()
+    pick.add_argument("--per-class", type=int, metavar="N", help="keep N train images per class, drawn with --seed")
+    pick.add_argument("--fraction", type=float, metavar="F",
+                      help="keep a fraction F of each train class (rounded, at least 1), drawn with --seed")
+    pick.add_argument("--train-list", metavar="FILE",
+                      help="keep the train images FILE names, one a line (n01440764_10026.JPEG or "
+                           "n01440764/n01440764_10026.JPEG, e.g. the 1%% / 10%% semi-supervised lists)")
     run = p.add_argument_group("running")
     run.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     run.add_argument("--part", metavar="I/N", default=None,
@@ -98,7 +109,8 @@ def format_summary(s: dict) -> str:
                      f"({storage.human_bytes(s['bytes'])}) -> {s['out']}")
         for split, v in s["splits"].items():
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
-                         f" + {v['skipped']} skipped (non-images)")
+                         f" + {v['skipped']} skipped (non-images)"
+                         + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else ""))
         if s["rejected_by_reason"]:
             lines.append("  rejected/skipped by reason: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_reason"].items())))
@@ -146,6 +158,7 @@ def main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
     from imagenet_shards.pipeline.prepare.run import PrepareError, finalize, parse_part, prepare, summarize
+    from imagenet_shards.pipeline.prepare.subset import classes_option, read_train_list
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["finalize"]:
@@ -164,7 +177,10 @@ def main(argv=None) -> int:
                         splits=tuple(s.strip() for s in args.splits.split(",") if s.strip()),
                         shard_bytes=args.shard_bytes,
                         shard_samples=None if args.shard_bytes else
-                        (1000 if args.shard_samples is None else args.shard_samples))
+                        (1000 if args.shard_samples is None else args.shard_samples),
+                        classes=None if args.classes is None else classes_option(args.classes),
+                        per_class=args.per_class, fraction=args.fraction,
+                        train_list=None if args.train_list is None else read_train_list(args.train_list))
         storage.apply_storage_options(args.out, args.storage_option)
         summary = prepare(out=args.out, train=expand_sources(args.train), val=expand_sources(args.val),
                           test=expand_sources(args.test), devkit=args.devkit,

@@ -8,9 +8,13 @@ the policy's own check in `images`, the job's (shards, seed, splits) here.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 
+from imagenet_shards.pipeline.format.subset import names_sha256
 from imagenet_shards.pipeline.prepare.images import ImagePolicy
+from imagenet_shards.pipeline.prepare.sources import WNID_RE
+from imagenet_shards.pipeline.prepare.subset import train_names
 
 SPLITS = ("train", "val", "test")  # canonical order; test is unlabeled (.cls -1)
 DEFAULT_SPLITS = ("train", "val")
@@ -23,7 +27,11 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Config:
     """Everything that decides the output bytes (workers and --part do not). Validated on
-    construction (ConfigError); `splits` is kept in canonical order (train before val)."""
+    construction (ConfigError); `splits` is kept in canonical order (train before val).
+
+    Subset (all unset by default): `classes` N (drawn with `seed`) or WNIDs; `per_class` N or
+    `fraction` F of each train class; `train_list` train image names (`n01440764_10026.JPEG` or
+    `n01440764/n01440764_10026.JPEG`). WNIDs and names are kept sorted and unique, names as WNID/KEY."""
 
     resize: str = "longer:500"
     quality: int = 90
@@ -33,10 +41,25 @@ class Config:
     max_pixels: int = 89_478_485
     exif_transpose: bool = False
     splits: tuple[str, ...] = DEFAULT_SPLITS
+    classes: int | tuple[str, ...] | None = None
+    per_class: int | None = None
+    fraction: float | None = None
+    train_list: tuple[str, ...] | None = field(default=None, repr=False)  # up to 128k names (the 10 % list)
 
     def __post_init__(self):
         check_config(self)
         object.__setattr__(self, "splits", tuple(s for s in SPLITS if s in self.splits))
+        if self.classes is not None and not _is_int(self.classes):
+            object.__setattr__(self, "classes", tuple(sorted(set(self.classes))))
+        if self.train_list is not None:
+            object.__setattr__(self, "train_list", train_names(self.train_list))
+        if self.fraction is not None:
+            object.__setattr__(self, "fraction", float(self.fraction))  # 1 and 1.0: one record
+
+    @property
+    def subset(self) -> bool:
+        """Whether any subset option is set."""
+        return any(v is not None for v in (self.classes, self.per_class, self.fraction, self.train_list))
 
     def policy(self) -> ImagePolicy:
         """The per-image policy these settings describe."""
@@ -47,7 +70,30 @@ class Config:
         """The config as recorded in the job state and the manifest (JSON types only)."""
         d = asdict(self)
         d["splits"] = list(self.splits)
+        for k in ("classes", "per_class", "fraction", "train_list"):
+            del d[k]
+        if self.subset:
+            d["subset"] = self.subset_record()
         return d
+
+    def subset_record(self) -> dict:
+        """What was asked of the subset, as recorded in the manifest's `config.subset` (set keys only;
+        lists by count and sha256, not name by name; see pipeline/format/subset.py)."""
+        rec = {}
+        if _is_int(self.classes):
+            rec["classes"] = {"count": self.classes, "seed": self.seed}
+        elif self.classes is not None:
+            rec["classes"] = {"count": len(self.classes), "wnids": list(self.classes),
+                              "sha256": names_sha256(self.classes)}
+        if self.per_class is not None:
+            rec["per_class"] = self.per_class
+        if self.fraction is not None:
+            rec["fraction"] = self.fraction
+        if self.train_list is not None:
+            counts = Counter(name.split("/", 1)[0] for name in self.train_list)
+            rec["train_list"] = {"names": len(self.train_list), "sha256": names_sha256(self.train_list),
+                                 "class_counts": dict(sorted(counts.items()))}
+        return rec
 
 
 def _is_int(value) -> bool:
@@ -70,3 +116,36 @@ def check_config(cfg: Config) -> None:
     splits = [cfg.splits] if isinstance(cfg.splits, str) else list(cfg.splits)
     if not splits or any(s not in SPLITS for s in splits):
         raise ConfigError(f"--splits takes train, val and/or test, got {','.join(map(str, splits)) or 'nothing'}")
+    check_subset(cfg, splits)
+
+
+def check_subset(cfg: Config, splits: list[str]) -> None:
+    """The subset options: each well-formed, and a combination that means something."""
+    if cfg.classes is not None:
+        if _is_int(cfg.classes):
+            if cfg.classes < 1:
+                raise ConfigError(f"--classes must be at least 1, got {cfg.classes}")
+        elif isinstance(cfg.classes, str) or not all(isinstance(w, str) and WNID_RE.match(w) for w in cfg.classes):
+            raise ConfigError(f"--classes takes a number or WNIDs (nXXXXXXXX), got {cfg.classes!r:.80}")
+        elif not cfg.classes:
+            raise ConfigError("--classes lists no WNIDs")
+    if cfg.per_class is not None and not (_is_int(cfg.per_class) and cfg.per_class >= 1):
+        raise ConfigError(f"--per-class must be a positive integer, got {cfg.per_class!r}")
+    if cfg.fraction is not None and not (isinstance(cfg.fraction, (int, float)) and not isinstance(cfg.fraction, bool)
+                                         and 0 < cfg.fraction <= 1):
+        raise ConfigError(f"--fraction must be in (0, 1], got {cfg.fraction!r}")
+    train_options = [f for f, v in (("--per-class", cfg.per_class), ("--fraction", cfg.fraction),
+                                    ("--train-list", cfg.train_list)) if v is not None]
+    if len(train_options) > 1:
+        raise ConfigError(f"give one of --per-class, --fraction and --train-list, not {' and '.join(train_options)}")
+    if train_options and "train" not in splits:
+        raise ConfigError(f"{train_options[0]} selects train images, but the train split is not built (--splits)")
+    if cfg.train_list is not None:
+        if isinstance(cfg.train_list, str) or not all(isinstance(n, str) for n in cfg.train_list):
+            raise ConfigError("--train-list takes image names (a list of strings)")
+        if not cfg.train_list:
+            raise ConfigError("--train-list lists no images")
+        try:
+            train_names(cfg.train_list)
+        except ValueError as e:
+            raise ConfigError(f"--train-list: {e}") from None

@@ -4,7 +4,8 @@ Restartable by construction: a shard exists under its final name only when compl
 (``OUT/_prepare/records/``) is written after it. A rerun verifies what is there (record + size +
 sha256, or for a remote OUT record + size + ETag) and builds only the rest; shards are
 byte-reproducible, so the result equals a clean run. OUT is a local folder or any fsspec URL
-(s3://...): `outdir` hides the difference.
+(s3://...): `outdir` hides the difference. A subset (`Config.subset`) is resolved once the sources'
+classes are known (`plan.plan_splits`): the kept classes, their labels and 1k indexes, each split's selection.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from imagenet_shards.pipeline.format.manifest import build_manifest, write_outpu
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
-from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_split
+from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_splits
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, index_split,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
 from imagenet_shards.pipeline.prepare.spill import spill
+from imagenet_shards.pipeline.prepare.subset import SubsetError
 
 
 class PrepareError(Exception):
@@ -101,12 +103,24 @@ def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=
     return indexes, classes
 
 
-def _class_table(classes: list[str]) -> list[dict]:
+def _class_table(classes: list[str], label_1k: dict[str, int | None] | None = None) -> list[dict]:
+    """The manifest's class table; a class subset's entries also carry `imagenet_1k_index`."""
     names = wnid_names()
-    return [{"index": i, "wnid": w, "name": names.get(w, w)} for i, w in enumerate(classes)]
+    table = [{"index": i, "wnid": w, "name": names.get(w, w)} for i, w in enumerate(classes)]
+    if label_1k is not None:
+        for c in table:
+            c["imagenet_1k_index"] = label_1k[c["wnid"]]
+    return table
 
 
 def _show(value) -> str:
+    if isinstance(value, dict):  # a subset record: a list by its count and hash, not name by name
+        if "wnids" in value:
+            return f"{value.get('count')} listed WNIDs (sha256 {str(value.get('sha256'))[:12]}…)"
+        if "names" in value:
+            return f"{value.get('names')} listed names (sha256 {str(value.get('sha256'))[:12]}…)"
+        if "seed" in value:
+            return f"{value.get('count')} drawn with seed {value.get('seed')}"
     if isinstance(value, list):
         return ",".join(map(str, value)) or "none"
     return "unset" if value is None else str(value)
@@ -123,7 +137,7 @@ def state_differences(old: dict, new: dict) -> list[str]:
     "field: OLD (existing) vs NEW (asked)" lines: config fields, then sources, then classes. The
     per-split plan is derived from those; it is named only when nothing else differs."""
     out = []
-    oc, nc = old.get("config") or {}, new.get("config") or {}
+    oc, nc = _flat(old.get("config") or {}), _flat(new.get("config") or {})
     for k in sorted(set(oc) | set(nc)):
         if oc.get(k) != nc.get(k):
             out.append(f"{k}: {_show(oc.get(k))} (existing) vs {_show(nc.get(k))} (asked)")
@@ -141,6 +155,15 @@ def state_differences(old: dict, new: dict) -> list[str]:
     if not out:
         out += [f"{k}: the recorded job differs" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     return out
+
+
+def _flat(config: dict) -> dict:
+    """The config with its `subset` record spread out (`subset.per_class`, ...), so a difference
+    names the subset option that differs."""
+    flat = {k: v for k, v in config.items() if k != "subset"}
+    if isinstance(config.get("subset"), dict):
+        flat.update({f"subset.{k}": v for k, v in config["subset"].items()})
+    return flat
 
 
 def _open_out(out, state: dict, overwrite: bool) -> None:
@@ -191,10 +214,11 @@ def _entry(split: str, key: str, source: str, reason: str, detail: str) -> dict:
     return {"split": split, "key": key, "source": source, "reason": reason, "detail": detail}
 
 
-def _split_state(idx: SourceIndex, p: SplitPlan) -> dict:
+def _split_state(idx: SourceIndex, p: SplitPlan, subset: bool) -> dict:
     """The part of the job state that describes one split before any image is read: its number of
     shards, every input (members, and what indexing set aside) and the inputs already rejected or
-    skipped: duplicate keys, unlabeled val images, unsafe keys, non-regular archive members."""
+    skipped: duplicate keys, unlabeled val images, unsafe keys, non-regular archive members; in a
+    subset run, also the number of inputs the subset left out (`excluded_by_subset`)."""
     why = {"duplicate_key": "another member has the same key; the first in key/source order was kept",
            "no_label": "the val labels file has no entry for this image"}
     rows = [(m, "duplicate_key") for m in p.duplicates] + [(m, "no_label") for m in p.unlabeled]
@@ -207,6 +231,8 @@ def _split_state(idx: SourceIndex, p: SplitPlan) -> dict:
              "plan_rejected": sorted(rejected, key=order)}
     if skipped:  # only when there are some: job states of earlier runs (which had none) stay equal
         state["plan_skipped"] = sorted(skipped, key=order)
+    if subset:  # only in a subset run: a full run's state (and manifest) stays as it was
+        state["excluded_by_subset"] = p.excluded
     return state
 
 
@@ -243,15 +269,16 @@ def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config
                                          test=test)
     except SourceError as e:
         raise PrepareError(str(e)) from None
-    wnid_to_label = {w: i for i, w in enumerate(classes)}
-    plans = {s: plan_split(s, idx.members, wnid_to_label, seed=config.seed, shard_samples=config.shard_samples,
-                           shard_bytes=config.shard_bytes) for s, idx in indexes.items()}
+    try:
+        classes, label_1k, plans = plan_splits(config, {s: idx.members for s, idx in indexes.items()}, classes)
+    except SubsetError as e:
+        raise PrepareError(str(e)) from None
     state = {
         "config": config.as_dict(),
         "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
                      "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
-        "classes": _class_table(classes),
-        "splits": {s: _split_state(indexes[s], p) for s, p in plans.items()},
+        "classes": _class_table(classes, label_1k),
+        "splits": {s: _split_state(indexes[s], p, config.subset) for s, p in plans.items()},
     }
     _open_out(outdir, state, overwrite)
     all_specs = [spec for s in config.splits for spec in plans[s].shards]
@@ -362,7 +389,8 @@ def summarize(manifest: dict) -> dict:
             "rejected_by_reason": dict(Counter(r["reason"] for r in manifest["rejected"] + manifest["skipped"])),
             "fixed_by_kind": manifest["fixed"]["counts"],
             "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
-                           "skipped": v["num_skipped"], "images_in": v["images_in"]}
+                           "skipped": v["num_skipped"], "images_in": v["images_in"],
+                           **({"excluded_by_subset": v["excluded_by_subset"]} if "excluded_by_subset" in v else {})}
                        for s, v in manifest["splits"].items()}}
 
 

@@ -55,8 +55,9 @@ class SourceFiles:
 
 
 def sample_json(s: PlannedSample, r) -> bytes:
+    """The sample's `KEY.json` (docs/format.md); a class-subset run adds `label_1k` (`s.meta`)."""
     meta = {"label": s.label, "wnid": s.wnid, "filename": s.filename, "width": r.width, "height": r.height,
-            "orig_width": r.orig_width, "orig_height": r.orig_height, "fixes": list(r.fixes)}
+            "orig_width": r.orig_width, "orig_height": r.orig_height, "fixes": list(r.fixes), **dict(s.meta)}
     return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
 
 
