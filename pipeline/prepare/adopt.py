@@ -148,8 +148,8 @@ def prove_labels(scans: list[ShardScan], where: dict[str, str], trust_labels: bo
         unverified[s.split] += len(s.unverified)
         for label, key in s.unverified:
             if label >= len(classes):
-                raise AdoptError(f"sample {key} in {s.rel} has .cls {label}, outside the {len(classes)} classes "
-                                 "the other samples prove")
+                raise AdoptError(f"sample {key} in {s.rel} has .cls {label}, outside the set's {len(classes)} classes "
+                                 f"({'ImageNet-1k' if len(classes) == 1000 else 'the WNIDs its other samples name'})")
     if sum(unverified.values()) and not trust_labels:
         parts = [f"{split}: {n:,} of {sum(len(s.keys) for s in scans if s.split == split):,}"
                  for split, n in sorted(unverified.items()) if n]
