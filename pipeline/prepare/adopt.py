@@ -213,9 +213,11 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
             return rel
         return os.path.abspath(os.path.join(local, rel)) if local is not None else storage.join(src, rel)
 
-    names = {c.wnid: c.name for c in imagenet_1k_classes()}
+    table = {c.wnid: c for c in imagenet_1k_classes()}
+    subset = len(classes) < len(table)  # a class subset's table keeps each class's 1k index, as prepare's does
     state = {"config": {"mode": "adopt", "trust_labels": trust_labels, "deep": deep},
-             "classes": [{"index": i, "wnid": w, "name": names[w]} for i, w in enumerate(classes)],
+             "classes": [{"index": i, "wnid": w, "name": table[w].name,
+                          **({"imagenet_1k_index": table[w].index} if subset else {})} for i, w in enumerate(classes)],
              "sources": [], "splits": {}}
     records = {}
     for split in sorted(splits):

@@ -164,6 +164,8 @@ def test_adopt_in_place_then_audit_and_load_exactly_once(samples, tmp_path, caps
     assert summary["splits"]["val"]["trusted"] == 0 and summary["info_json"] == "written"
     m = json.loads((src / "manifest.json").read_text())
     assert m["adopted"]["from"] == str(src) and m["config"]["mode"] == "adopt"
+    assert [(c["wnid"], c["imagenet_1k_index"]) for c in m["classes"]] == sorted(
+        (w, INDEX_1K[w]) for w in {wnid_of(s) for s in samples["train"]})
     assert m["sources"][0]["kind"] == "adopted-webdataset"
     assert [sh["url"] for sh in m["splits"]["train"]["shards"]][:2] == ["imagenet1k-train-0000.tar",
                                                                         "imagenet1k-train-0001.tar"]
