@@ -18,16 +18,21 @@ TEST_SPLIT = "test"  # unlabeled: .cls is -1 and the json's wnid is null (docs/f
 TEST_JSON_FIELDS = {**JSON_FIELDS, "wnid": type(None)}
 
 
-def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: str) -> list[Problem]:
-    """The per-sample contract of docs/format.md: members, .cls, json, their agreement, the image bytes."""
+def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: str,
+                 adopted: dict | None = None) -> list[Problem]:
+    """The per-sample contract of docs/format.md: members, .cls, json, their agreement, the image bytes.
+
+    `adopted` (the manifest's entry for a set prepare-shards adopt took over): the members are the
+    set's own `sample_exts`, and of its .json (another writer's) only `label` and `wnid` are checked."""
     out = []
+    exts = adopted["sample_exts"] if adopted else SAMPLE_EXTS
 
     def bad(kind, detail):
         out.append(Problem(kind, shard, s.key, detail))
 
     counts = Counter(s.exts)
-    missing = [e for e in SAMPLE_EXTS if e not in counts]
-    extra = sorted(e for e in counts if e not in SAMPLE_EXTS) + sorted(e for e in SAMPLE_EXTS if counts[e] > 1)
+    missing = [e for e in exts if e not in counts]
+    extra = sorted(e for e in counts if e not in exts) + sorted(e for e in exts if counts[e] > 1)
     if missing or extra:
         bad("sample_members", "; ".join(filter(None, [
             f"missing {', '.join('.' + e for e in missing)}" if missing else "",
@@ -49,7 +54,8 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
     if s.json is not None:
         try:
             meta = json.loads(s.json)
-            fields = TEST_JSON_FIELDS if unlabeled else JSON_FIELDS
+            fields = ({k: JSON_FIELDS[k] for k in ("label", "wnid") if k in meta} if adopted
+                      else TEST_JSON_FIELDS if unlabeled else JSON_FIELDS)
             wrong = [k for k, t in fields.items() if not isinstance(meta.get(k), t) or meta.get(k) is True]
             if wrong:
                 bad("json_invalid", f"json lacks or mistypes {', '.join(wrong)}")
@@ -57,6 +63,8 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
         except (ValueError, AttributeError):
             bad("json_invalid", "json does not parse as an object")
             meta = None
+    if meta is not None and adopted and not {"label", "wnid"} <= set(meta):
+        meta = None  # another writer's .json without our label and wnid: .cls was proved at adoption
     if meta is not None and unlabeled:
         if meta["label"] != -1:
             bad("label_mismatch", f"json label is {meta['label']}; test samples are unlabeled: -1")
@@ -66,12 +74,13 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
         if 0 <= meta["label"] < len(classes) and classes[meta["label"]]["wnid"] != meta["wnid"]:
             bad("wnid_mismatch", f"json label {meta['label']} is {classes[meta['label']]['wnid']} in the class "
                                  f"table but json wnid is {meta['wnid']}")
-        if "label_1k" in meta or (meta["label"] >= 0 and any("imagenet_1k_index" in c for c in classes[:1])):
+        if not adopted and ("label_1k" in meta or (meta["label"] >= 0
+                                                    and any("imagenet_1k_index" in c for c in classes[:1]))):
             out += _check_label_1k(meta, classes, shard, s.key)
         key_wnid = train_key_wnid(s.key)
         if split == "train" and key_wnid and key_wnid != meta["wnid"]:
             bad("wnid_mismatch", f"train key names class {key_wnid} but json wnid is {meta['wnid']}")
-    if meta is not None and key_for(meta["filename"]) != s.key:
+    if meta is not None and not adopted and key_for(meta["filename"]) != s.key:
         bad("key_mismatch", f"json filename {meta['filename']!r} does not give key {s.key}")
     if "jpg" in counts:
         if s.jpg_head != b"\xff\xd8\xff":
@@ -82,9 +91,9 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
             fmt, mode, w, h = s.decoded
             if fmt != "JPEG":
                 bad("not_jpeg", f"decodes as {fmt}, not JPEG")
-            if mode != "RGB":
+            if mode != "RGB" and not adopted:  # adopted images stay as written; the loader converts them
                 bad("not_rgb", f"decodes as mode {mode}, not 8-bit 3-channel RGB")
-            if meta is not None and (w, h) != (meta["width"], meta["height"]):
+            if meta is not None and not adopted and (w, h) != (meta["width"], meta["height"]):
                 bad("size_mismatch", f"decodes to {w}x{h} but json says {meta['width']}x{meta['height']}")
     return out
 
@@ -117,7 +126,8 @@ def sample_wnid(s: SampleObservation, classes: list[dict]) -> str | None:
         return None
 
 
-def check_shard(entry: dict, obs: ShardObservation, split: str, classes: list[dict]) -> list[Problem]:
+def check_shard(entry: dict, obs: ShardObservation, split: str, classes: list[dict],
+                adopted: dict | None = None) -> list[Problem]:
     """A listed shard against its manifest entry: present, size, hashes, tar structure, samples, count."""
     url = entry["url"]
     if not obs.exists:
@@ -134,7 +144,7 @@ def check_shard(entry: dict, obs: ShardObservation, split: str, classes: list[di
         out.append(Problem("shard_md5", url, None, f"md5 {obs.md5}, manifest says {entry['md5']}"))
     out += [Problem(kind, url, key, detail) for kind, key, detail in obs.tar_problems]
     for s in obs.samples:
-        out += check_sample(s, split, classes, url)
+        out += check_sample(s, split, classes, url, adopted)
     if len(obs.samples) != entry["num_samples"]:
         out.append(Problem("shard_count", url, None,
                            f"{len(obs.samples)} samples, manifest says {entry['num_samples']}"))

@@ -30,7 +30,7 @@ from imagenet_shards.pipeline.audit.manifest_checks import (check_class_counts, 
                                                             check_side_files)
 from imagenet_shards.pipeline.audit.observe import observe_shard
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport, Problem
-from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest
+from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, shard_url
 from imagenet_shards.pipeline.parallel import run_jobs
 
 IGNORED_DIRS = ("_prepare",)  # prepare-shards' job state, not part of the shard set
@@ -51,10 +51,11 @@ class ShardResult:
     bytes_read: int
 
 
-def audit_shard(data: str, split: str, entry: dict, classes: list[dict], deep: bool) -> ShardResult:
+def audit_shard(data: str, split: str, entry: dict, classes: list[dict], deep: bool,
+                adopted: dict | None = None) -> ShardResult:
     """Observe and check one listed shard (runs in a worker process)."""
-    obs = observe_shard(storage.join(data, entry["url"]), deep=deep)
-    problems = check_shard(entry, obs, split, classes)
+    obs = observe_shard(shard_url(data, entry["url"]), deep=deep)
+    problems = check_shard(entry, obs, split, classes, adopted)
     with_image = [s for s in obs.samples if s.digest]
     counts = Counter(w for s in obs.samples if (w := sample_wnid(s, classes)) is not None)
     complete = obs.exists and obs.complete and not obs.read_error and len(obs.samples) == entry["num_samples"]
@@ -119,7 +120,8 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
     found = {}
     if storage.can_list(data):
         for folder in sorted({posixpath.dirname(e["url"]) for _, e in jobs} | set(splits)):
-            if folder and folder not in IGNORED_DIRS and storage.isdir(storage.join(data, folder)):
+            if folder and folder not in IGNORED_DIRS and not folder.startswith("/") and "://" not in folder \
+                    and storage.isdir(storage.join(data, folder)):  # an adopted set's own folders are not ours
                 try:
                     found[folder] = storage.listdir(storage.join(data, folder))
                 except OSError as e:
@@ -130,7 +132,7 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
         report.notes.append(f"not checked for shards the manifest does not list: {storage.protocol(data)}:// "
                             "cannot list folders (audit a local copy or the bucket itself for that check)")
 
-    results = _run_shards(data, jobs, classes, deep, workers, progress)
+    results = _run_shards(data, jobs, classes, deep, workers, progress, m.get("adopted"))
     for r in results:
         problems += r.problems
     problems += find_duplicate_keys([(r.url, r.keys) for r in results])
@@ -159,13 +161,13 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
     return report
 
 
-def _run_shards(data, jobs, classes, deep, workers, progress) -> list[ShardResult]:
+def _run_shards(data, jobs, classes, deep, workers, progress, adopted=None) -> list[ShardResult]:
     """Audit every (split, entry) job, in parallel when workers > 1; results in job order."""
     total = sum(e["bytes"] for _, e in jobs)
     results: list[ShardResult | None] = [None] * len(jobs)
     with tqdm(total=total, desc="audit", unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
               dynamic_ncols=True, smoothing=0.05) as bar:
-        for i, result in run_jobs(audit_shard, [(data, split, entry, classes, deep) for split, entry in jobs],
+        for i, result in run_jobs(audit_shard, [(data, split, entry, classes, deep, adopted) for split, entry in jobs],
                                   workers=workers):
             results[i] = result
             bar.update(jobs[i][1]["bytes"])

@@ -112,11 +112,13 @@ def wids_index(manifest: dict, split: str) -> dict:
                            "md5sum": sh["md5"]} for sh in shards]}
 
 
-def write_outputs(out_dir: str, manifest: dict) -> None:
-    """Write the wids indexes and _info.json, then manifest.json last (its presence means complete)."""
+def write_outputs(out_dir: str, manifest: dict, *, info: bool = True) -> None:
+    """Write the wids indexes and _info.json, then manifest.json last (its presence means complete).
+    `info=False` leaves _info.json alone (an adopted set's own)."""
     for split in manifest["splits"]:
         write_json_atomic(storage.join(out_dir, f"{split}.wids.json"), wids_index(manifest, split))
-    write_json_atomic(storage.join(out_dir, "_info.json"), info_json(manifest))
+    if info:
+        write_json_atomic(storage.join(out_dir, "_info.json"), info_json(manifest))
     write_json_atomic(storage.join(out_dir, MANIFEST_NAME), manifest)
 
 

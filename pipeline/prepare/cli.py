@@ -4,6 +4,7 @@
                    --devkit ILSVRC2012_devkit_t12.tar.gz --out /data/imagenet-shards
     prepare-shards ... --out s3://bucket/imagenet-shards   # any fsspec URL: staged locally, uploaded
     prepare-shards finalize OUT      # assemble the manifest after multi-machine --part runs
+    prepare-shards adopt SRC [--out DIR]   # take over an existing WebDataset ImageNet shard set
 
 Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run.
 """
@@ -101,6 +102,53 @@ def build_finalize_parser() -> argparse.ArgumentParser:
     return p
 
 
+def build_adopt_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="prepare-shards adopt",
+        description="Adopt an existing WebDataset ImageNet-1k shard set (e.g. timm's imagenet-1k-wds: _info.json + "
+                    "imagenet1k-{train,validation}-NNNN.tar of .jpg/.cls/.json samples) without rewriting it: read "
+                    "every shard once, hash it, check every sample and that the labels are sorted-WNID indexes "
+                    "(proved by the WNID in each sample's .json, file name or key), then write manifest.json, the "
+                    "wids indexes and (if absent) _info.json, so audit-shards, the loader and train-imagenet read "
+                    "it. A set that is not intact or whose labels break the convention is refused with one line "
+                    "(exit 2) and nothing is written. See docs/prepare.md.")
+    p.add_argument("src", metavar="SRC", help="folder or URL (s3://, gs://, https:// with _info.json) of the shards")
+    p.add_argument("--out", metavar="DIR", help="write the manifest here instead of beside the shards (needed when SRC "
+                                                "is remote or read-only); its shard urls then point at SRC")
+    p.add_argument("--trust-labels", action="store_true",
+                   help="adopt samples whose label no WNID proves (e.g. val keys without a .json), taking their .cls "
+                        "as sorted-WNID indexes on trust (recorded in the manifest)")
+    p.add_argument("--deep", action="store_true", help="fully decode every image (default: JPEG header only)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    storage.add_storage_option(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument("--json", action="store_true", help="print the summary (or the problems found) as one JSON object")
+    return p
+
+
+def adopt_main(argv: list[str]) -> int:
+    """`prepare-shards adopt`: 0 adopted, 2 refused or could not run (one line on stderr)."""
+    from imagenet_shards.pipeline.prepare.adopt import AdoptError, adopt, summary_text
+
+    args = build_adopt_parser().parse_args(argv)
+    try:
+        for url in (args.src, args.out):
+            if url:
+                storage.apply_storage_options(url, args.storage_option)
+        summary = adopt(args.src, out=args.out, trust_labels=args.trust_labels, deep=args.deep,
+                        workers=args.workers, progress=not args.quiet)
+    except (AdoptError, OSError, ValueError) as e:
+        if args.json:
+            print(json.dumps({"adopted": False, "error": one_line(e), "problems": [
+                dict(zip(("kind", "shard", "key", "detail"), p)) for p in getattr(e, "problems", [])]}, sort_keys=True))
+        return _fail(e)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    elif not args.quiet:
+        print(summary_text(summary))
+    return 0
+
+
 def format_summary(s: dict) -> str:
     """The human-readable summary of a prepare or finalize run."""
     lines = []
@@ -161,6 +209,8 @@ def main(argv=None) -> int:
     from imagenet_shards.pipeline.prepare.subset import classes_option, read_train_list
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["adopt"]:
+        return adopt_main(argv[1:])
     if argv[:1] == ["finalize"]:
         args = build_finalize_parser().parse_args(argv[1:])
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageFont
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest
+from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, shard_url
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 
 TILE = 160  # image area of one contact-sheet tile, pixels
@@ -63,7 +63,7 @@ def iter_samples(data: str, urls: list[str], want=None):
     """Samples of the shards at `urls` (relative to DATA), in order. `want(key, ext, sample_so_far)` may
     decline a member's bytes (they are skipped, not read, where the file can seek)."""
     for url in urls:
-        with storage.open_url(storage.join(data, url), "rb") as f:
+        with storage.open_url(shard_url(data, url), "rb") as f:
             current = None
 
             def take(key, ext):
