@@ -142,10 +142,15 @@ def adopt_main(argv: list[str]) -> int:
             print(json.dumps({"adopted": False, "error": one_line(e), "problems": [
                 dict(zip(("kind", "shard", "key", "detail"), p)) for p in getattr(e, "problems", [])]}, sort_keys=True))
         return _fail(e)
+    return _print_summary(summary, args, summary_text)
+
+
+def _print_summary(summary: dict, args, as_text) -> int:
+    """The end of a successful command: the summary as one JSON object, as text, or (--quiet) nothing."""
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     elif not args.quiet:
-        print(summary_text(summary))
+        print(as_text(summary))
     return 0
 
 
@@ -239,11 +244,7 @@ def main(argv=None) -> int:
                           verify_existing=not args.no_verify, progress=not args.quiet, staging=args.staging)
     except (PrepareError, OSError, ValueError) as e:  # ValueError: ConfigError, a bad --storage-option
         return _fail(e)
-    if args.json:
-        print(json.dumps(summary, sort_keys=True))
-    elif not args.quiet:
-        print(format_summary(summary))
-    return 0
+    return _print_summary(summary, args, format_summary)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,17 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
+def _discarded_on_error(tmp: str) -> Iterator[None]:
+    """Remove the temp file `tmp` if the block fails (the target stays untouched), then re-raise."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, *, fsync: bool = True) -> Iterator[BinaryIO]:
     """Binary file object whose contents appear at ``path`` only when the block ends without error.
 
@@ -67,17 +78,13 @@ def atomic_open(path: str | os.PathLike, *, fsync: bool = True) -> Iterator[Bina
     os.makedirs(folder, exist_ok=True)
     tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
+    with _discarded_on_error(tmp):
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
     if fsync:
         fsync_dir(folder)
 
@@ -91,7 +98,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, fsync: bool = True) ->
 def link_atomic(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Make ``target`` a copy of ``source`` atomically: a hard link where the file system has them."""
     tmp = temp_path(target)
-    try:
+    with _discarded_on_error(tmp):
         try:
             os.link(source, tmp)
         except OSError:
@@ -99,8 +106,4 @@ def link_atomic(source: str | os.PathLike, target: str | os.PathLike) -> None:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
     fsync_dir(os.path.dirname(os.fspath(target)))
