@@ -9,6 +9,8 @@
  *   - DCT-domain scaling by 1/2, 1/4, 1/8 (SIMD-accelerated in libjpeg-turbo; the other M/8
  *     factors are plain C and measured slower than a full-size decode, so they are not used);
  *   - output straight into RGBX, which Pillow maps without a copy (Image.frombuffer "RGBX").
+ * And `to_planes`: the resized HWC(X) crop into its CHW batch slot, flipped when asked, in one
+ * pass (numpy's strided transpose-copy took ~100 us per 224 px crop, this ~10 us: docs/loader.md).
  *
  * Anything unusual is *declined* (None), never guessed at: grayscale/CMYK/YCCK, a libjpeg
  * error, or even a libjpeg warning (libjpeg pads a truncated stream with grey and only warns).
@@ -216,7 +218,78 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
     return Py_BuildValue("(Niiii)", out, (int)xoff, y0, (int)width, rows);
 }
 
+PyDoc_STRVAR(to_planes_doc,
+"to_planes(src, dst, height, width, channels, flip)\n\n"
+"Write the C-contiguous HWC uint8 pixels `src` (height x width x channels, channels 3 or 4; a\n"
+"4th channel is ignored) into the C-contiguous CHW uint8 buffer `dst` (3 x height x width),\n"
+"mirrored left-right when `flip` is true.");
+
+/* One plane-splitting loop per channel count and direction, so the compiler sees constant strides
+ * and vectorises it. The flipped loop only vectorises with AVX2 (reversed stores), so on x86-64
+ * GCC/Clang build an AVX2 clone beside the baseline one and pick at load time (target_clones):
+ * measured ~7 us per 224 px crop either way with AVX2, ~44 us flipped without. */
+#define SPLIT(C, FLIP)                                                          \
+    for (Py_ssize_t y = 0; y < h; y++) {                                        \
+        const unsigned char *s = src + (size_t)y * w * (C);                     \
+        unsigned char *r = dst + (size_t)y * w, *g = r + plane, *b = g + plane; \
+        for (Py_ssize_t x = 0; x < w; x++) {                                    \
+            Py_ssize_t o = (FLIP) ? w - 1 - x : x;                              \
+            r[o] = s[(C) * x];                                                  \
+            g[o] = s[(C) * x + 1];                                              \
+            b[o] = s[(C) * x + 2];                                              \
+        }                                                                       \
+    }
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+VECTOR_CLONES
+static void split_planes(const unsigned char *src, unsigned char *dst, Py_ssize_t h, Py_ssize_t w,
+                         int channels, int flip) {
+    size_t plane = (size_t)h * w;
+    if (channels == 4 && !flip) SPLIT(4, 0)
+    else if (channels == 4) SPLIT(4, 1)
+    else if (!flip) SPLIT(3, 0)
+    else SPLIT(3, 1)
+}
+
+static PyObject *to_planes(PyObject *self, PyObject *args) {
+    Py_buffer src, dst;
+    Py_ssize_t h, w;
+    int channels, flip;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*nnip:to_planes", &src, &dst, &h, &w, &channels, &flip))
+        return NULL;
+    const char *bad = NULL;
+    if (channels != 3 && channels != 4)
+        bad = "channels must be 3 or 4";
+    else if (h <= 0 || w <= 0)
+        bad = "height and width must be positive";
+    else if (src.len != h * w * channels)
+        bad = "src is not height x width x channels bytes";
+    else if (dst.len != 3 * h * w)
+        bad = "dst is not 3 x height x width bytes";
+    else if (!PyBuffer_IsContiguous(&src, 'C') || !PyBuffer_IsContiguous(&dst, 'C'))
+        bad = "src and dst must be C-contiguous";
+    if (bad == NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        split_planes(src.buf, dst.buf, h, w, channels, flip);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (bad != NULL) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"to_planes", to_planes, METH_VARARGS, to_planes_doc},
     {"header", header, METH_VARARGS, header_doc},
     {"decode_region", (PyCFunction)(void (*)(void))decode_region, METH_VARARGS | METH_KEYWORDS,
      decode_region_doc},

@@ -65,8 +65,10 @@ class DecodeConfig:
         return self.res if self.train else self.val_crop
 
 
-def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None) -> tuple[np.ndarray, int]:
-    """(uint8 [3,S,S] array, label) for one record; DecodeError names what is wrong with it."""
+def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
+                  out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """(uint8 [3,S,S] array, label) for one record, the image written into ``out`` when given (a
+    batch slot; with an augmentation, only after it ran); DecodeError names what is wrong with it."""
     if rec.jpg is None:
         raise dec.DecodeError("missing .jpg")
     if rec.cls is None:
@@ -74,12 +76,15 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None) 
     label = dec.decode_label(rec.cls)
     if cfg.train:
         img = dec.decode_train(rec.jpg, res=cfg.res, rng=rng, scale=cfg.scale, ratio=cfg.ratio,
-                               hflip=cfg.hflip, decoder=cfg.decoder)
+                               hflip=cfg.hflip, decoder=cfg.decoder, out=out if aug is None else None)
         if aug is not None:
             t = torch.from_numpy(np.ascontiguousarray(img))
             img = dec.apply_aug(aug, t, rng.getrandbits(63)).numpy()
+            if out is not None:
+                out[...] = img
+                img = out
     else:
-        img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder)
+        img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out)
     return img, label
 
 
@@ -132,13 +137,12 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
                 break
             taken += 1
             try:
-                img, label = decode_record(rec, cfg, rng, aug)
+                _, label = decode_record(rec, cfg, rng, aug, out=slots[filled])
             except dec.DecodeError as e:
                 if strict:
                     raise BadSampleError(f"bad sample {rec.key!r} in {rec.url}: {e}") from None
                 bad.append((rec.key, rec.url, str(e)))
                 continue
-            slots[filled] = img
             labels[filled] = label
             filled += 1
         if filled == 0:
