@@ -10,7 +10,8 @@ shared machine), in microseconds per image:
   no IDCT / colour work; what no JPEG loader can go under;
 - ``region decode``: ``decode_region`` for the crop RandomResizedCrop drew (the turbo path's C part);
 - ``resize``: Pillow's bilinear resample of that region to res x res;
-- ``to batch``: the HWC->CHW (+flip) copy into a uint8 batch slot;
+- ``to batch``: the resized image into a uint8 CHW batch slot, flipped (``decode._write_chw``:
+  Pillow's memory read in place through its Arrow export, split into planes in C);
 - ``decode_train``: the whole per-sample call (geometry, C, resize, Python);
 - ``batches()``: the loader's batching stage over the records (decode + per-sample Python + assembly).
 The difference between ``batches()`` and the sum of its parts is per-sample Python overhead.
@@ -76,14 +77,12 @@ def profile(data: str, *, images: int, res: int) -> dict:
     def resize(rg):
         (pixels, rx, ry, width, rows), g = rg
         img = Image.frombuffer("RGBX", (width, rows), pixels, "raw", "RGBX", 0, 1)
-        return np.asarray(img.resize((res, res), Image.BILINEAR, box=(g[1] - rx, g[2] - ry, g[3] - rx, g[4] - ry)))
+        return img.resize((res, res), Image.BILINEAR, box=(g[1] - rx, g[2] - ry, g[3] - rx, g[4] - ry))
     outs = [resize(rg) for rg in zip(regions, geo)]
     out["resize"] = _cpu(resize, zip(regions, geo)) / n
     slot = np.empty((3, res, res), np.uint8)
 
-    def copy(a):
-        slot[...] = a[:, ::-1, :3].transpose(2, 0, 1)
-    out["to batch"] = _cpu(copy, outs) / n
+    out["to batch"] = _cpu(lambda img: dec._write_chw(img, slot, True), outs) / n
     rng = random.Random(0)
     out["decode_train"] = _cpu(lambda j: dec.decode_train(j, res=res, rng=rng, decoder="turbo"), jpgs) / n
     cfg = DecodeConfig(train=True, res=res, decoder="turbo")

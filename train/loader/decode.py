@@ -207,12 +207,27 @@ def _pil_resized_crop(img: Image.Image, top: float, left: float, h: float, w: fl
         raise DecodeError(f"cannot decode image: {e}") from e
 
 
-def _write_chw(hwc: np.ndarray, out: np.ndarray | None, flip: bool = False) -> np.ndarray:
-    """HWC uint8 pixels (3 or 4 channels; a 4th is dropped) -> ``out`` (CHW, allocated when None),
-    mirrored left-right when ``flip``."""
-    h, w, c = hwc.shape
+def _write_chw(img: Image.Image, out: np.ndarray | None, flip: bool = False) -> np.ndarray:
+    """A resized RGB/RGBX Pillow image -> ``out`` (uint8 CHW, allocated when None), mirrored
+    left-right when ``flip``. Read in place through Pillow's Arrow export where it has one (Pillow
+    >= 11.2, an image in one memory block), else through ``np.asarray`` (a copy)."""
+    w, h = img.size
     if out is None:
         out = np.empty((3, h, w), np.uint8)
+    if (_jpegcrop is not None and img.mode in ("RGB", "RGBX") and out.flags.c_contiguous
+            and out.shape == (3, h, w) and out.dtype == np.uint8):
+        try:
+            schema, array = img.__arrow_c_array__()
+        except (AttributeError, ValueError):  # older Pillow; an image spread over several blocks
+            pass
+        else:
+            if _jpegcrop.arrow_to_planes(schema, array, out, h, w, flip):
+                return out
+    return _array_to_chw(np.asarray(img), out, flip)
+
+
+def _array_to_chw(hwc: np.ndarray, out: np.ndarray, flip: bool) -> np.ndarray:
+    h, w, c = hwc.shape
     if (_jpegcrop is not None and c in (3, 4) and hwc.flags.c_contiguous and out.flags.c_contiguous
             and out.shape == (3, h, w) and out.dtype == np.uint8 and hwc.dtype == np.uint8):
         _jpegcrop.to_planes(hwc, out, h, w, c, flip)
@@ -230,8 +245,8 @@ def _turbo_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _turbo_resized_crop(data: bytes, top: float, left: float, h: float, w: float,
-                        out_w: int, out_h: int) -> np.ndarray | None:
-    """HWC uint8 of the crop box (original pixels) resampled to out_w x out_h, decoding only the
+                        out_w: int, out_h: int) -> Image.Image | None:
+    """The crop box (original pixels) resampled to out_w x out_h (RGBX), decoding only the
     region the bilinear filter reads; None when the extension declines the bytes."""
     s = _dct_reduction(w, h, out_w, out_h)
     x0, y0, x1, y1 = left / s, top / s, (left + w) / s, (top + h) / s
@@ -244,8 +259,7 @@ def _turbo_resized_crop(data: bytes, top: float, left: float, h: float, w: float
         return None
     pixels, rx, ry, width, rows = region
     img = Image.frombuffer("RGBX", (width, rows), pixels, "raw", "RGBX", 0, 1)  # no copy
-    out = img.resize((out_w, out_h), Image.BILINEAR, box=(x0 - rx, y0 - ry, x1 - rx, y1 - ry))
-    return np.asarray(out)  # RGBX: the X channel is dropped when it goes into the CHW slot
+    return img.resize((out_w, out_h), Image.BILINEAR, box=(x0 - rx, y0 - ry, x1 - rx, y1 - ry))
 
 
 def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image | None]:
@@ -259,14 +273,14 @@ def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image 
 
 
 def _resized_crop(data: bytes, img: Image.Image | None, top: float, left: float, h: float, w: float,
-                  out_w: int, out_h: int) -> np.ndarray:
-    """HWC(X) uint8 crop: turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow."""
+                  out_w: int, out_h: int) -> Image.Image:
+    """The resized crop (RGB or RGBX): turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow."""
     if img is None:
         out = _turbo_resized_crop(data, top, left, h, w, out_w, out_h)
         if out is not None:
             return out
         img = _open(data)
-    return np.asarray(_pil_resized_crop(img, top, left, h, w, out_w, out_h))
+    return _pil_resized_crop(img, top, left, h, w, out_w, out_h)
 
 
 # ----------------------------------------------------------------------------- torchvision.io path

@@ -237,6 +237,42 @@ def test_turbo_declines_damage_and_pil_judges(photo):
         dec._jpegcrop.decode_region(photo, 3, 0, 0, 10, 10)
 
 
+@needs_turbo
+@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("flip", [False, True])
+def test_to_planes_equals_numpy_transpose(channels, flip):
+    hwc = np.random.default_rng(channels).integers(0, 256, (37, 53, channels), dtype=np.uint8)
+    want = (hwc[:, ::-1, :3] if flip else hwc[:, :, :3]).transpose(2, 0, 1)
+    out = np.zeros((3, 37, 53), np.uint8)
+    dec._jpegcrop.to_planes(hwc, out, 37, 53, channels, flip)
+    assert np.array_equal(out, want)
+    for bad in [(np.zeros((37, 52, channels), np.uint8), out), (hwc, np.zeros((3, 37, 52), np.uint8))]:
+        with pytest.raises(ValueError, match="bytes"):
+            dec._jpegcrop.to_planes(*bad, 37, 53, channels, flip)
+
+
+@needs_turbo
+@pytest.mark.parametrize("mode", ["RGB", "RGBX"])
+@pytest.mark.parametrize("flip", [False, True])
+def test_crop_into_slot_the_arrow_way_equals_the_copy_way(monkeypatch, mode, flip):
+    img = texture_image(61, 43, seed=4).convert(mode)
+    fast = dec._write_chw(img, None, flip)
+    if hasattr(Image.Image, "__arrow_c_array__"):  # Pillow >= 11.2: the in-place read is the one taken
+        schema, array = img.__arrow_c_array__()
+        assert dec._jpegcrop.arrow_to_planes(schema, array, np.empty((3, 43, 61), np.uint8), 43, 61, flip)
+    monkeypatch.delattr(Image.Image, "__arrow_c_array__", raising=False)  # older Pillow: np.asarray
+    slow = dec._write_chw(img, np.empty((3, 43, 61), np.uint8), flip)
+    want = np.asarray(img)[:, ::-1 if flip else 1, :3].transpose(2, 0, 1)
+    assert np.array_equal(fast, want) and np.array_equal(slow, want)
+
+
+@needs_turbo
+def test_arrow_to_planes_declines_what_is_not_rgb():
+    gray = Image.new("L", (8, 6))
+    schema, array = gray.__arrow_c_array__() if hasattr(gray, "__arrow_c_array__") else (None, None)
+    assert dec._jpegcrop.arrow_to_planes(schema, array, np.empty((3, 6, 8), np.uint8), 6, 8, False) is False
+
+
 def test_turbo_missing_extension_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(dec, "_jpegcrop", None)
     with pytest.raises(ValueError, match="libjpeg"):
