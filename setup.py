@@ -1,11 +1,18 @@
-"""Only the optional C extension lives here; everything else is in pyproject.toml.
+"""Only the optional C extensions live here; everything else is in pyproject.toml.
 
-``imagenet_shards.train.loader._jpegcrop`` (the ``turbo`` decoder, docs/loader.md) links the system libjpeg-turbo, the
-one pillow-simd is built against (headers: ``apt-get install libjpeg-dev``). It is optional: if it
-cannot be built the install still succeeds and ``decoder="auto"`` uses Pillow.
+Both link the system libjpeg-turbo, the one pillow-simd is built against (headers: ``apt-get
+install libjpeg-dev``), and both are optional: if one cannot be built the install still succeeds.
+- ``imagenet_shards.train.loader._jpegcrop``: the ``turbo`` decoder (docs/loader.md); without it
+  ``decoder="auto"`` uses Pillow.
+- ``imagenet_shards.pipeline.prepare._jpegtran``: prepare-shards' lossless rewrite of pass-through
+  JPEGs with a restart marker per MCU row (docs/format.md); without it they pass through byte for
+  byte, and prepare-shards says so.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("imagenet_shards.train.loader._jpegcrop", ["train/loader/_jpegcrop.c"], libraries=["jpeg"],
-                             optional=True)])
+setup(ext_modules=[
+    Extension("imagenet_shards.train.loader._jpegcrop", ["train/loader/_jpegcrop.c"], libraries=["jpeg"], optional=True),
+    Extension("imagenet_shards.pipeline.prepare._jpegtran", ["pipeline/prepare/_jpegtran.c"], libraries=["jpeg"],
+              optional=True),
+])

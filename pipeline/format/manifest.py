@@ -23,6 +23,10 @@ CONSERVATION = "per split: images_in = num_samples + num_rejected + num_skipped"
 CONSERVATION_SUBSET = CONSERVATION + " + excluded_by_subset"  # a subset run (config.subset; format/subset.py)
 
 
+# Fixes that are only counted in the manifest's `fixed.counts`, never listed per sample: policy-wide
+# steps that touch a large share of the samples (docs/format.md).
+COUNTED_ONLY = ("resized", "restart_markers")
+
 def dumps(obj) -> str:
     """The manifest's JSON text: sorted keys, one-space indent, UTF-8 as is, a final newline (stable bytes)."""
     return json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
@@ -47,7 +51,7 @@ def build_manifest(state: dict, records: dict[str, list[dict]]) -> dict:
             class_counts.update(r["class_counts"])
             for f in r["fixed"]:
                 fix_counts.update(f["fixes"])
-                if any(x != "resized" for x in f["fixes"]):
+                if any(x not in COUNTED_ONLY for x in f["fixes"]):
                     fix_samples.append(f)
         num_samples = sum(r["num_samples"] for r in recs)
         entry = {

@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="reject images with more pixels (decompression-bomb guard; default PIL's 89478485)")
     img.add_argument("--exif-transpose", action="store_true",
                      help="apply EXIF orientation (default: keep pixels as torchvision/PIL loading sees them)")
+    img.add_argument("--no-restart-markers", dest="restart_markers", action="store_false",
+                     help="store pass-through JPEGs byte for byte and re-encode without restart markers "
+                          "(default: a restart marker per MCU row in every stored JPEG, pass-through ones "
+                          "rewritten losslessly, so the loader decodes only from the MCU row above a crop)")
     sh = p.add_argument_group("shards")
     sz = sh.add_mutually_exclusive_group()
     sz.add_argument("--shard-samples", type=int, default=None, help="samples per shard (default 1000)")
@@ -228,7 +232,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
-                        exif_transpose=args.exif_transpose,
+                        exif_transpose=args.exif_transpose, restart_markers=args.restart_markers,
                         splits=tuple(s.strip() for s in args.splits.split(",") if s.strip()),
                         shard_bytes=args.shard_bytes,
                         shard_samples=None if args.shard_bytes else
@@ -237,6 +241,12 @@ def main(argv=None) -> int:
                         per_class=args.per_class, fraction=args.fraction,
                         train_list=None if args.train_list is None else read_train_list(args.train_list))
         storage.apply_storage_options(args.out, args.storage_option)
+        if config.restart_markers and not args.quiet:
+            from imagenet_shards.pipeline.prepare import images
+            if images._jpegtran is None:
+                print("note: the _jpegtran extension is not built, so pass-through JPEGs are stored byte for byte, "
+                      "without restart markers (the loader reads them, only slower); reinstall with the "
+                      "libjpeg headers present (apt-get install libjpeg-dev) to get them", file=sys.stderr)
         summary = prepare(out=args.out, train=expand_sources(args.train), val=expand_sources(args.val),
                           test=expand_sources(args.test), devkit=args.devkit,
                           val_labels=args.val_labels, config=config, workers=args.workers,

@@ -40,6 +40,7 @@ class Config:
     seed: int = 0
     max_pixels: int = 89_478_485
     exif_transpose: bool = False
+    restart_markers: bool = True
     splits: tuple[str, ...] = DEFAULT_SPLITS
     classes: int | tuple[str, ...] | None = None
     per_class: int | None = None
@@ -64,7 +65,7 @@ class Config:
     def policy(self) -> ImagePolicy:
         """The per-image policy these settings describe."""
         return ImagePolicy(resize=self.resize, quality=self.quality, max_pixels=self.max_pixels,
-                           exif_transpose=self.exif_transpose)
+                           exif_transpose=self.exif_transpose, restart_markers=self.restart_markers)
 
     def as_dict(self) -> dict:
         """The config as recorded in the job state and the manifest (JSON types only)."""

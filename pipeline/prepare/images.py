@@ -13,8 +13,14 @@ processes, as the writer does, not threads). It
   happily decodes a cut file padded with zeros);
 - fixes what a standard JPEG decoder would not read as 8-bit RGB (see docs/format.md for the
   vocabulary), resizes per policy, and re-encodes (baseline, 4:2:0, `policy.quality`);
-- passes an already-fine JPEG through byte for byte (no generation loss): Huffman baseline,
-  extended or progressive, 8-bit, 3 components in YCbCr, within the size bound, no fix needed.
+- passes an already-fine JPEG through without generation loss: Huffman baseline, extended or
+  progressive, 8-bit, 3 components in YCbCr, within the size bound, no fix needed. By default
+  (`policy.restart_markers`) it is rewritten losslessly with a restart marker at every MCU row
+  (`_jpegtran`: the same DCT coefficients, so the same pixels; fix `restart_markers`), which lets
+  the loader start decoding at the MCU row above a crop; that rewrite entropy-decodes every block
+  and declines on any libjpeg error or warning, so it is the validation too. Where it declines (or
+  the extension is not built, or the policy is off) the bytes pass through unchanged after the
+  validation below. Re-encoded images get the same markers from the encoder.
 
 Pixels are what PIL (and so torchvision's `ImageFolder`) shows: no colour management (ICC profiles
 are dropped from re-encoded files, pixel values are left as decoded) and, by default, no EXIF
@@ -45,6 +51,11 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 
 from imagenet_shards.pipeline.prepare.image_formats import (JPEG_FAMILY, JpegHeader, failure_reason, jpeg_has_end,
                                                             jpeg_header, sniff_format)
+
+try:
+    from imagenet_shards.pipeline.prepare import _jpegtran
+except ImportError:  # not built (no C compiler or libjpeg headers at install time): pass-through stays byte for byte
+    _jpegtran = None
 
 # LANCZOS over BICUBIC+reducing_gap: after the DCT-domain draft the remaining factor is < 2, where
 # reducing_gap never engages and LANCZOS and BICUBIC cost and score the same (bench/bench_images.py:
@@ -85,6 +96,7 @@ class ImagePolicy:
     quality: int = 90  # JPEG quality for re-encoded images
     max_pixels: int = 89_478_485  # decompression-bomb guard (PIL's default); over -> too_many_pixels
     exif_transpose: bool = False  # default: pixels as PIL / torchvision ImageFolder see them
+    restart_markers: bool = True  # a restart marker per MCU row in every stored JPEG (module docstring)
 
     def __post_init__(self):
         parse_resize(self.resize)
@@ -108,7 +120,7 @@ class ImageResult:
     reason: str | None  # empty | truncated | corrupt | too_many_pixels | not_an_image
     detail: str | None  # short human message (the decoder's error)
     source_format: str | None  # PIL format name detected from content: "JPEG", "PNG", ...
-    passthrough: bool  # True when data is the input bytes unchanged
+    passthrough: bool  # True when data is the input bytes unchanged (restart_markers: the same coefficients)
 
 
 def parse_resize(spec: str) -> tuple[str, int | None]:
@@ -203,6 +215,10 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
     # (docs/benchmarks.md): 1.25 -> ~0.8 ms CPU per pass-through image.
     passthrough = (is_jpeg and img.mode == "RGB" and header is not None and header.is_plain()
                    and not needs_resize and orientation == 1)
+    if passthrough and policy.restart_markers and _jpegtran is not None:
+        rewritten = _jpegtran.restart_rows(data)
+        if rewritten is not None:  # every block entropy-decoded without an error or warning
+            return _ok(rewritten, (width, height), (width, height), ("restart_markers",), fmt, passthrough=False)
     box = None  # region of the (possibly drafted) image that maps to the full original
     if passthrough:
         img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
@@ -237,8 +253,8 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
         fixes.append("resized")
     if not fixes:
         fixes.append("reencoded")
-    return _ok(_encode_jpeg(rgb, policy.quality), rgb.size, (width, height), tuple(fixes), fmt,
-               passthrough=False)
+    return _ok(_encode_jpeg(rgb, policy.quality, policy.restart_markers), rgb.size, (width, height),
+               tuple(fixes), fmt, passthrough=False)
 
 
 def _to_rgb(img: Image.Image, fixes: list[str]) -> Image.Image:
@@ -296,10 +312,13 @@ def _transposed_box(box, size, method) -> tuple[float, float, float, float]:
     return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
 
 
-def _encode_jpeg(img: Image.Image, quality: int) -> bytes:
-    # Only these options reach the encoder: no EXIF, ICC or XMP is carried over; baseline, 4:2:0.
+def _encode_jpeg(img: Image.Image, quality: int, restart_markers: bool) -> bytes:
+    # Only these options reach the encoder: no EXIF, ICC or XMP is carried over; baseline, 4:2:0;
+    # a restart marker per MCU row unless the policy turned them off (a Pillow without the option
+    # ignores it: the loader then just reads those files without entering at a marker)
     buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality, optimize=False, progressive=False, subsampling=2)
+    img.save(buf, format="JPEG", quality=quality, optimize=False, progressive=False, subsampling=2,
+             restart_marker_rows=1 if restart_markers else 0)
     return buf.getvalue()
 
 

@@ -41,6 +41,9 @@ def backend_info() -> dict:
         "cpu_avx2": avx2,
         # the loader's optional libjpeg-turbo region decoder (train/loader/_jpegcrop.c); without it `auto` uses PIL
         "turbo_crop_decoder": importlib.util.find_spec("imagenet_shards.train.loader._jpegcrop") is not None,
+        # prepare-shards' optional lossless rewrite with restart markers (pipeline/prepare/_jpegtran.c); without
+        # it pass-through JPEGs are stored byte for byte, without markers
+        "restart_marker_rewrite": importlib.util.find_spec("imagenet_shards.pipeline.prepare._jpegtran") is not None,
     }
     for mod in ("torch", "torchvision", "webdataset"):
         info[mod] = _dist_version(mod)
@@ -65,6 +68,7 @@ def main(argv=None) -> int:
             else f"libjpeg {info['libjpeg_version']} (not turbo)")
     line = (f"PIL {info['pil_version']} ({'pillow-simd' if info['pillow_simd'] else 'plain Pillow'}), {jpeg}, "
             f"turbo crop decoder {'built' if info['turbo_crop_decoder'] else 'not built'}, "
+            f"restart-marker rewrite {'built' if info['restart_marker_rewrite'] else 'not built'}, "
             f"AVX2 {'yes' if info['cpu_avx2'] else 'no'}, torch {info['torch']}, torchvision {info['torchvision']}"
             f" -> {'fast path' if fast else 'SLOW PATH: run scripts/bootstrap.sh to get pillow-simd'}")
     if args.brief:

@@ -6,6 +6,13 @@
  *   - jpeg_crop_scanline: only the iMCU columns that hold the crop are IDCT'd and converted;
  *   - stopping after the crop's last row (jpeg_abort_decompress): rows below are not even
  *     entropy-decoded;
+ *   - entering at a restart marker: when the JPEG has restart markers at whole MCU rows (what
+ *     prepare-shards writes, docs/format.md), decoding starts at the last marker at least one
+ *     MCU row above the crop, so the rows above that are not even entropy-decoded. libjpeg has
+ *     no call for this, so it is handed a stream of the original's headers (the SOF's height
+ *     cut to the rows left) followed by the entropy-coded data from that marker on; restart
+ *     markers reset all decoder state (DC predictions, bit buffer), so the pixels are those of
+ *     a full decode (tested); the MCU row of margin gives the chroma upsampling its context;
  *   - DCT-domain scaling by 1/2, 1/4, 1/8 (SIMD-accelerated in libjpeg-turbo; the other M/8
  *     factors are plain C and measured slower than a full-size decode, so they are not used);
  *   - output straight into RGBX, which Pillow maps without a copy (Image.frombuffer "RGBX").
@@ -23,11 +30,13 @@
 #include <Python.h>
 
 #include <setjmp.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
 
 #if !defined(JCS_EXTENSIONS) || !defined(LIBJPEG_TURBO_VERSION)
 #error "train/_jpegcrop.c needs libjpeg-turbo (>= 2.0) headers, not IJG libjpeg"
@@ -67,6 +76,186 @@ static int not_jpeg(const Py_buffer *buf) {
     return buf->len < 4 || p[0] != 0xFF || p[1] != 0xD8;
 }
 
+/* ---- entering at a restart marker ---- */
+
+/* Where the rows of a JPEG can be entered without entropy-decoding those above: a baseline
+ * (SOF0/SOF1) 3-component image, one interleaved scan, a restart interval of whole MCU rows. */
+struct restart_map {
+    size_t header_len;     /* bytes up to the end of the SOS segment: where entropy-coded data starts */
+    size_t sof_height_at;  /* offset of the SOF's 2-byte image height */
+    int height;            /* image height in pixels */
+    int interval_rows;     /* pixel rows per restart interval */
+};
+
+static int map_restarts(const unsigned char *p, size_t n, struct restart_map *m) {
+    size_t i = 2;
+    int interval = 0, sof = 0, width = 0, hmax = 1, vmax = 1;
+    while (i + 4 <= n) {
+        if (p[i] != 0xFF)
+            return 0;
+        unsigned char mk = p[i + 1];
+        if (mk == 0xFF) {  /* fill byte */
+            i++;
+            continue;
+        }
+        size_t len = ((size_t)p[i + 2] << 8) | p[i + 3];
+        const unsigned char *seg = p + i + 4;
+        if (len < 2 || i + 2 + len > n)
+            return 0;
+        if (mk == 0xC0 || mk == 0xC1) {  /* baseline / extended sequential, Huffman */
+            if (len < 8 + 3 * 3 || seg[5] != 3)
+                return 0;
+            m->sof_height_at = i + 5;
+            m->height = (seg[1] << 8) | seg[2];
+            width = (seg[3] << 8) | seg[4];
+            for (int c = 0; c < 3; c++) {
+                int hs = seg[6 + 3 * c + 1] >> 4, vs = seg[6 + 3 * c + 1] & 15;
+                hmax = hs > hmax ? hs : hmax;
+                vmax = vs > vmax ? vs : vmax;
+            }
+            sof = 1;
+        } else if (mk >= 0xC2 && mk <= 0xCF && mk != 0xC4 && mk != 0xC8 && mk != 0xCC) {
+            return 0;  /* progressive, lossless, arithmetic-coded... */
+        } else if (mk == 0xDD) {
+            if (len != 4)
+                return 0;
+            interval = (seg[0] << 8) | seg[1];
+        } else if (mk == 0xDA) {
+            if (!sof || interval <= 0 || seg[0] != 3 || m->height <= 0 || width <= 0)
+                return 0;
+            int per_row = (width + 8 * hmax - 1) / (8 * hmax);  /* MCUs per MCU row */
+            if (interval % per_row)
+                return 0;
+            m->header_len = i + 2 + len;
+            m->interval_rows = interval / per_row * 8 * vmax;
+            return 1;
+        } else if (mk == 0xD9 || (mk >= 0xD0 && mk <= 0xD8) || mk == 0x01) {
+            return 0;  /* no stand-alone markers belong in the header */
+        }
+        i += 2 + len;
+    }
+    return 0;
+}
+
+/* Offset just past the j-th (j >= 1) restart marker of the entropy-coded data starting at `at`;
+ * 0 when there are fewer, or they are out of sequence, or another marker comes first. */
+static size_t after_restart(const unsigned char *p, size_t n, size_t at, int j) {
+    const unsigned char *q = p + at, *end = p + n;
+    int seen = 0;
+    while (end - q >= 2) {
+        q = memchr(q, 0xFF, (size_t)(end - q - 1));
+        if (q == NULL)
+            return 0;
+        unsigned char b = q[1];
+        if (b == 0x00) {  /* a stuffed 0xFF data byte */
+            q += 2;
+        } else if (b == 0xFF) {  /* fill byte */
+            q += 1;
+        } else if (b >= 0xD0 && b <= 0xD7 && b == 0xD0 + (seen & 7)) {
+            if (++seen == j)
+                return (size_t)(q + 2 - p);
+            q += 2;
+        } else {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* A libjpeg source of two parts: a copy of the headers, then the original's entropy-coded data
+ * from a restart marker on. Restart markers then come numbered `shift` ahead of what libjpeg
+ * counts; exactly that offset is accepted, anything else goes to libjpeg's own resync (which
+ * warns: declined). */
+struct two_part_source {
+    struct jpeg_source_mgr pub;
+    const JOCTET *tail;
+    size_t tail_len;
+    int tail_served, shift;
+};
+
+static void src_init(j_decompress_ptr cinfo) { (void)cinfo; }
+static void src_term(j_decompress_ptr cinfo) { (void)cinfo; }
+
+static boolean src_fill(j_decompress_ptr cinfo) {
+    static const JOCTET eoi[2] = {0xFF, JPEG_EOI};
+    struct two_part_source *src = (struct two_part_source *)cinfo->src;
+    if (!src->tail_served) {
+        src->pub.next_input_byte = src->tail;
+        src->pub.bytes_in_buffer = src->tail_len;
+        src->tail_served = 1;
+    } else {  /* past the end: warn (declined) and end the image, as jpeg_mem_src does */
+        WARNMS(cinfo, JWRN_JPEG_EOF);
+        src->pub.next_input_byte = eoi;
+        src->pub.bytes_in_buffer = 2;
+    }
+    return TRUE;
+}
+
+static void src_skip(j_decompress_ptr cinfo, long n) {
+    while (n > (long)cinfo->src->bytes_in_buffer) {
+        n -= (long)cinfo->src->bytes_in_buffer;
+        src_fill(cinfo);
+    }
+    if (n > 0) {
+        cinfo->src->next_input_byte += n;
+        cinfo->src->bytes_in_buffer -= (size_t)n;
+    }
+}
+
+static boolean src_resync(j_decompress_ptr cinfo, int desired) {
+    struct two_part_source *src = (struct two_part_source *)cinfo->src;
+    if (cinfo->unread_marker == JPEG_RST0 + ((desired + src->shift) & 7)) {
+        cinfo->unread_marker = 0;
+        return TRUE;
+    }
+    return jpeg_resync_to_restart(cinfo, desired);
+}
+
+static void open_two_part(struct jpeg_decompress_struct *cinfo, struct two_part_source *src,
+                          const JOCTET *head, size_t head_len, const JOCTET *tail, size_t tail_len, int shift) {
+    jpeg_create_decompress(cinfo);
+    memset(src, 0, sizeof(*src));
+    src->pub.init_source = src_init;
+    src->pub.fill_input_buffer = src_fill;
+    src->pub.skip_input_data = src_skip;
+    src->pub.resync_to_restart = src_resync;
+    src->pub.term_source = src_term;
+    src->pub.next_input_byte = head;
+    src->pub.bytes_in_buffer = head_len;
+    src->tail = tail;
+    src->tail_len = tail_len;
+    src->shift = shift;
+    cinfo->src = &src->pub;
+}
+
+/* When the rows from `first_row` (pixels) on can be entered at a restart marker at least one
+ * interval above it: a malloc'ed copy of the headers with the height cut (to free), the offset
+ * of the entropy-coded data to continue with, the marker shift and the pixel rows skipped. */
+static unsigned char *plan_entry(const unsigned char *p, size_t n, int first_row, size_t *head_len,
+                                 size_t *tail_at, int *shift, int *skipped) {
+    struct restart_map m;
+    if (first_row <= 0 || !map_restarts(p, n, &m))
+        return NULL;
+    int j = first_row / m.interval_rows - 1;  /* one interval of context above the first row */
+    if (j < 1)
+        return NULL;
+    size_t at = after_restart(p, n, m.header_len, j);
+    if (at == 0)
+        return NULL;
+    unsigned char *head = malloc(m.header_len);
+    if (head == NULL)
+        return NULL;
+    memcpy(head, p, m.header_len);
+    int rows_left = m.height - j * m.interval_rows;
+    head[m.sof_height_at] = (unsigned char)(rows_left >> 8);
+    head[m.sof_height_at + 1] = (unsigned char)(rows_left & 0xFF);
+    *head_len = m.header_len;
+    *tail_at = at;
+    *shift = j & 7;
+    *skipped = j * m.interval_rows;
+    return head;
+}
+
 PyDoc_STRVAR(header_doc,
 "header(data) -> (width, height, components) or None\n\n"
 "Image size from the JPEG header; None when libjpeg cannot read the header.");
@@ -104,7 +293,7 @@ static PyObject *header(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(decode_region_doc,
-"decode_region(data, denom, left, top, right, bottom, fast=False)\n"
+"decode_region(data, denom, left, top, right, bottom, fast=False, restarts=True)\n"
 "    -> (rgbx: bytes, x, y, width, rows) or None\n\n"
 "Decode the image scaled by 1/denom (denom in 1, 2, 4, 8) but only the pixels that cover\n"
 "[left, right) x [top, bottom) of the scaled image (clipped to it), as RGBX rows of `width`\n"
@@ -112,12 +301,16 @@ PyDoc_STRVAR(decode_region_doc,
 "(libjpeg decodes whole iMCU columns). Its first and last 8 columns can differ from a full\n"
 "decode where fancy upsampling lacks its neighbours, so ask for a margin.\n"
 "fast=True: fast integer IDCT and plain chroma upsampling (full-size decodes only).\n"
+"restarts=False: never enter at a restart marker (tests compare both ways).\n"
 "None: declined (not a 3-component YCbCr/RGB JPEG, or any libjpeg error or warning).");
 
 static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"data", "denom", "left", "top", "right", "bottom", "fast", NULL};
+    static char *kwlist[] = {"data", "denom", "left", "top", "right", "bottom", "fast", "restarts", NULL};
     Py_buffer buf;
-    int denom, left, top, right, bottom, fast = 0;
+    int denom, left, top, right, bottom, fast = 0, restarts = 1;
+    unsigned char *volatile head = NULL;  /* headers for entering at a restart marker, or NULL */
+    struct two_part_source two;
+    volatile int skipped = 0;              /* output rows above that entry point */
     struct jpeg_decompress_struct cinfo;
     struct crop_error err;
     PyObject *out = NULL;
@@ -127,8 +320,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
     int y0 = 0, rows = 0;
     (void)self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiii|p:decode_region", kwlist, &buf, &denom,
-                                     &left, &top, &right, &bottom, &fast))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiii|pp:decode_region", kwlist, &buf, &denom,
+                                     &left, &top, &right, &bottom, &fast, &restarts))
         return NULL;
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
         PyBuffer_Release(&buf);
@@ -146,7 +339,17 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
     if (setjmp(err.jump)) {
         status = 1;
     } else {
-        open_source(&cinfo, buf.buf, buf.len);
+        size_t head_len = 0, tail_at = 0;
+        int shift = 0, skipped_px = 0;
+        if (restarts)
+            head = plan_entry(buf.buf, (size_t)buf.len, top * denom, &head_len, &tail_at, &shift, &skipped_px);
+        if (head != NULL) {
+            skipped = skipped_px / denom;  /* whole: an interval is a multiple of 8 rows */
+            open_two_part(&cinfo, &two, head, head_len, (const JOCTET *)buf.buf + tail_at,
+                          (size_t)buf.len - tail_at, shift);
+        } else {
+            open_source(&cinfo, buf.buf, buf.len);
+        }
         jpeg_read_header(&cinfo, TRUE);
         if (cinfo.num_components != 3 ||
             (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_RGB)) {
@@ -159,6 +362,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
             cinfo.do_fancy_upsampling = fast ? FALSE : TRUE;
             jpeg_start_decompress(&cinfo);
             int W = (int)cinfo.output_width, H = (int)cinfo.output_height;
+            top -= skipped;  /* rows of this (possibly cut) stream */
+            bottom -= skipped;
             if (left < 0) left = 0;
             if (top < 0) top = 0;
             if (right > W) right = W;
@@ -209,6 +414,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
         }
     }
     jpeg_destroy_decompress(&cinfo);
+    free(head);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
 
@@ -218,7 +424,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
         Py_XDECREF(out);
         Py_RETURN_NONE;
     }
-    return Py_BuildValue("(Niiii)", out, (int)xoff, y0, (int)width, rows);
+    return Py_BuildValue("(Niiii)", out, (int)xoff, y0 + skipped, (int)width, rows);
 }
 
 PyDoc_STRVAR(to_planes_doc,

@@ -14,7 +14,7 @@ from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.tools.synthetic.images import encode_sample, render
 
 # kind -> (format, mode, expect, fixes, reason). fixes are the policy-independent ones, in the
-# order docs/format.md applies them; "resized" is policy-dependent and never listed.
+# order docs/format.md applies them; "resized" and "restart_markers" are policy-dependent and never listed.
 SAMPLE_FACTS = {
     "clean": ("JPEG", "RGB", "ok", [], None),
     "progressive": ("JPEG", "RGB", "ok", [], None),

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile, JpegImagePlugin, features
 
+from imagenet_shards.pipeline.prepare import images
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, ImageResult, parse_resize, process_image, resized_size
 
 DEFAULT = ImagePolicy()
+KEEP = ImagePolicy(restart_markers=False)  # pass-through byte for byte
+needs_jpegtran = pytest.mark.skipif(images._jpegtran is None, reason="the _jpegtran extension is not built")
 WHITE = (255, 255, 255)
 
 
@@ -49,7 +52,7 @@ def decoded(r: ImageResult) -> Image.Image:
     assert im.format == "JPEG" and im.mode == "RGB" and im.bits == 8 and len(im.layer) == 3
     assert im.size == (r.width, r.height)
     im.load()
-    if not r.passthrough:
+    if not r.passthrough and "restart_markers" not in r.fixes:
         assert "progressive" not in im.info
         assert JpegImagePlugin.get_sampling(im) == 2  # 4:2:0
         assert "exif" not in im.info and "icc_profile" not in im.info
@@ -67,9 +70,58 @@ def mean_abs_diff(a: Image.Image, b: Image.Image) -> float:
 
 # --- pass-through ---------------------------------------------------------------------------------
 
+def restart_interval(data: bytes) -> int:
+    """The DRI segment's restart interval in MCUs (0: none), read from the header bytes."""
+    i = 2
+    while data[i] == 0xFF and data[i + 1] != 0xDA:
+        n = int.from_bytes(data[i + 2:i + 4], "big")
+        if data[i + 1] == 0xDD:
+            return int.from_bytes(data[i + 4:i + 6], "big")
+        i += 2 + n
+    return 0
+
+
 @pytest.mark.parametrize("progressive", [False, True])
 def test_plain_jpeg_within_bound_passes_through_byte_for_byte(progressive):
     data = jpeg(500, 375, progressive=progressive)
+    r = process_image(data, KEEP)
+    assert r.passthrough and r.data == data and r.fixes == ()
+    assert (r.width, r.height, r.orig_width, r.orig_height) == (500, 375, 500, 375)
+    assert r.source_format == "JPEG"
+    decoded(r)
+
+
+@needs_jpegtran
+@pytest.mark.parametrize("progressive", [False, True])
+@pytest.mark.parametrize("subsampling", [0, 1, 2])
+def test_plain_jpeg_is_rewritten_losslessly_with_restart_markers(progressive, subsampling):
+    """The default: same coefficients (so the same pixels, exactly), baseline, a restart marker
+    at every MCU row, EXIF kept; the fix is recorded."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = encode(natural(500, 375), "JPEG", quality=90, progressive=progressive, subsampling=subsampling,
+                  exif=exif)
+    assert restart_interval(data) == 0
+    r = process_image(data, DEFAULT)
+    assert not r.passthrough and r.fixes == ("restart_markers",) and r.data != data
+    src, out = Image.open(io.BytesIO(data)), decoded(r)
+    assert np.array_equal(np.asarray(out), np.asarray(src.convert("RGB")))
+    assert "progressive" not in out.info and JpegImagePlugin.get_sampling(out) == subsampling
+    assert out.getexif().get(0x0112) == 6
+    mcu_width = 16 if subsampling else 8
+    assert restart_interval(r.data) == -(-500 // mcu_width)  # one MCU row
+    assert 0.9 < len(r.data) / len(data) < 1.1
+
+
+def test_reencoded_jpegs_get_restart_markers_unless_turned_off():
+    big = jpeg(1000, 750)
+    assert restart_interval(process_image(big, DEFAULT).data) == -(-500 // 16)
+    assert restart_interval(process_image(big, KEEP).data) == 0
+
+
+def test_without_the_extension_plain_jpegs_pass_through(monkeypatch):
+    monkeypatch.setattr(images, "_jpegtran", None)
+    data = jpeg(500, 375)
     r = process_image(data, DEFAULT)
     assert r.passthrough and r.data == data and r.fixes == ()
     assert (r.width, r.height, r.orig_width, r.orig_height) == (500, 375, 500, 375)
@@ -96,7 +148,7 @@ def test_rgb_colour_space_jpeg_is_reencoded():
 
 def test_exif_orientation_is_passed_through_by_default():
     data = with_orientation(natural(90, 60), 6)
-    r = process_image(data, DEFAULT)
+    r = process_image(data, KEEP)
     assert r.passthrough and r.data == data and (r.width, r.height) == (90, 60)
 
 
@@ -115,7 +167,7 @@ def test_exif_transpose_turns_the_image_upright(orientation):
 
 def test_exif_transpose_with_orientation_1_still_passes_through():
     data = with_orientation(natural(90, 60), 1)
-    r = process_image(data, ImagePolicy(exif_transpose=True))
+    r = process_image(data, ImagePolicy(exif_transpose=True, restart_markers=False))
     assert r.passthrough and r.data == data
 
 
@@ -268,21 +320,25 @@ def _full_decode_verdict(data: bytes) -> bool:
 
 
 @pytest.mark.parametrize("progressive", [False, True])
-def test_passthrough_validation_at_one_eighth_scale_is_as_strict_as_a_full_decode(progressive):
-    """Pass-through JPEGs are validated by a 1/8 DCT-scaled decode, which still entropy-decodes
-    every block. Planted damage mid-image: cuts (with and without an end marker) are rejected, and
-    for corrupt entropy data (random bytes, a stray marker, zeros, a missing stretch) the verdict
-    equals a full decode's. (Neither catches every corrupt-but-complete scan: libjpeg only warns
-    about bad Huffman codes and PIL does not surface warnings; docs/benchmarks.md.)"""
+@pytest.mark.parametrize("policy", [DEFAULT, KEEP], ids=["rewrite", "keep"])
+def test_passthrough_validation_at_one_eighth_scale_is_as_strict_as_a_full_decode(progressive, policy):
+    """Pass-through JPEGs are validated by a 1/8 DCT-scaled decode, or by the lossless rewrite
+    (which declines on any libjpeg warning and leaves the verdict to that decode); both
+    entropy-decode every block. Planted damage mid-image: cuts (with and without an end marker)
+    are rejected, and for corrupt entropy data (random bytes, a stray marker, zeros, a missing
+    stretch) the verdict equals a full decode's. (Neither catches every corrupt-but-complete
+    scan: libjpeg only warns about bad Huffman codes and PIL does not surface warnings;
+    docs/benchmarks.md.)"""
     data = jpeg(480, 360, progressive=progressive)
-    assert process_image(data, DEFAULT).passthrough
+    r = process_image(data, policy)
+    assert r.passthrough or r.fixes == ("restart_markers",)
     sos = data.find(b"\xff\xda")
     mid = (sos + len(data)) // 2
     rng = np.random.default_rng(1)
     cut = data[:mid]
-    assert (process_image(cut, DEFAULT).reason, _full_decode_verdict(cut)) == ("truncated", False)
+    assert (process_image(cut, policy).reason, _full_decode_verdict(cut)) == ("truncated", False)
     cut_with_eoi = data[:mid] + b"\xff\xd9"
-    r = process_image(cut_with_eoi, DEFAULT)
+    r = process_image(cut_with_eoi, policy)
     assert (r.status == "ok") == _full_decode_verdict(cut_with_eoi)
     damaged = {
         "random": data[:mid] + rng.integers(0, 255, 200, dtype=np.uint8).tobytes() + data[mid + 200:],
@@ -292,11 +348,11 @@ def test_passthrough_validation_at_one_eighth_scale_is_as_strict_as_a_full_decod
         "header_in_scan": data[:mid] + data[:600] + data[mid + 600:],
     }
     for name, bad in damaged.items():
-        r = process_image(bad, DEFAULT)
+        r = process_image(bad, policy)
         assert (r.status == "ok") == _full_decode_verdict(bad), name
         assert r.status == "ok" or r.reason in ("corrupt", "truncated"), name
     # markers planted mid-scan (a second header) make libjpeg fail, not warn: caught on both paths
-    assert process_image(damaged["header_in_scan"], DEFAULT).reason == "corrupt"
+    assert process_image(damaged["header_in_scan"], policy).reason == "corrupt"
 
 
 def test_resize_path_rejects_a_cut_jpeg_too():
@@ -398,7 +454,7 @@ def test_resized_size(size, spec, expected):
     ((1700, 1300), "none", (1700, 1300)),
 ])
 def test_process_image_resizes_to_exact_size(size, spec, expected):
-    r = process_image(jpeg(*size), ImagePolicy(resize=spec))
+    r = process_image(jpeg(*size), ImagePolicy(resize=spec, restart_markers=False))
     assert (r.width, r.height, r.orig_width, r.orig_height) == (*expected, *size)
     assert r.fixes == (("resized",) if expected != size else ())
     decoded(r)
@@ -407,7 +463,7 @@ def test_process_image_resizes_to_exact_size(size, spec, expected):
 @pytest.mark.parametrize("spec", ["longer:500", "shorter:500", "none"])
 def test_tiny_images_are_never_upscaled(spec):
     data = jpeg(40, 30)
-    r = process_image(data, ImagePolicy(resize=spec))
+    r = process_image(data, ImagePolicy(resize=spec, restart_markers=False))
     assert r.passthrough and (r.width, r.height) == (40, 30)
 
 

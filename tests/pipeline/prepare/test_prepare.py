@@ -14,10 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import webdataset as wds
 from PIL import Image
 
+from imagenet_shards.pipeline.prepare import images
 from imagenet_shards.pipeline.prepare.cli import main as prepare_main
 from imagenet_shards.pipeline.prepare.run import Config, prepare
 from imagenet_shards.pipeline.tools.synthetic.generate import generate
@@ -84,7 +86,7 @@ def test_every_good_image_once_with_the_sorted_wnid_label(shards, expected):
             label = int(s["cls"])
             assert label == classes.index(e["wnid"]) == meta["label"], e["key"]
             assert meta["wnid"] == e["wnid"] and meta["filename"] == e["filename"]
-            fixes = [f for f in meta["fixes"] if f != "resized"]
+            fixes = [f for f in meta["fixes"] if f not in ("resized", "restart_markers")]
             assert fixes == e["fixes"], (e["key"], fixes, e["fixes"])
             img = Image.open(io.BytesIO(s["jpg"]))
             assert img.format == "JPEG" and img.mode == "RGB"
@@ -169,13 +171,25 @@ def test_info_json_and_wids_index(shards):
             assert sh["sha256"] == hashlib.sha256(data).hexdigest()
 
 
-def test_passthrough_keeps_source_bytes_and_big_images_are_resized(shards, expected):
+def test_passthrough_keeps_source_pixels_and_big_images_are_resized(archives, shards, expected, tmp_path):
+    """By default a pass-through JPEG is rewritten losslessly with restart markers: the source's
+    pixels exactly (the source bytes are hashed in expected.json, and a --no-restart-markers run
+    keeps exactly those bytes)."""
     by_key = {s["__key__"]: s for split in ("train", "val") for s in read_samples(shards, split)}
     clean = [e for e in expected["samples"] if e["expect"] == "ok" and max(e["width"], e["height"]) <= 500
              and e["quirk"] in (None, "progressive", "tiny", "exif_rotated")]
     assert clean
+    kept = tmp_path / "kept"
+    run(archives, kept, config=Config(shard_samples=SHARD, restart_markers=False))
+    kept_by_key = {s["__key__"]: s for split in ("train", "val") for s in read_samples(kept, split)}
     for e in clean:
-        assert hashlib.sha256(by_key[e["key"]]["jpg"]).hexdigest() == e["sha256"], e["key"]
+        source = kept_by_key[e["key"]]["jpg"]
+        assert hashlib.sha256(source).hexdigest() == e["sha256"], e["key"]
+        stored = by_key[e["key"]]["jpg"]
+        assert json.loads(by_key[e["key"]]["json"])["fixes"] == (["restart_markers"] if stored != source else [])
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(stored))), np.asarray(Image.open(io.BytesIO(source))))
+    rewritten = sum(by_key[e["key"]]["jpg"] != kept_by_key[e["key"]]["jpg"] for e in clean)
+    assert rewritten == (len(clean) if images._jpegtran is not None else 0)
     big = [e for e in expected["samples"] if e["quirk"] == "large"]
     assert big
     for e in big:

@@ -114,7 +114,7 @@ def test_the_files_the_options_take(tmp_path):
 def test_config_records_a_subset_only_when_asked():
     plain = Config().as_dict()
     assert set(plain) == {"resize", "quality", "shard_samples", "shard_bytes", "seed", "max_pixels",
-                          "exif_transpose", "splits"}  # a run without subset options records what it always did
+                          "exif_transpose", "restart_markers", "splits"}  # without subset options: what it always did
     asked = Config(seed=4, classes=3, fraction=1, splits=("train", "val")).as_dict()
     assert asked == {**plain, "seed": 4, "subset": {"classes": {"count": 3, "seed": 4}, "fraction": 1.0}}
     listed = Config(classes=["n01443537", "n01440764"], train_list=["n01440764_7.JPEG", "n01440764/n01440764_2.JPEG"])

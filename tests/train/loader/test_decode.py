@@ -237,6 +237,61 @@ def test_turbo_declines_damage_and_pil_judges(photo):
         dec._jpegcrop.decode_region(photo, 3, 0, 0, 10, 10)
 
 
+def _regions(rng: random.Random, size, n: int):
+    """n random (denom, left, top, right, bottom) requests, some reaching past the edges."""
+    for _ in range(n):
+        d = rng.choice([1, 1, 2, 4, 8])
+        W, H = -(-size[0] // d), -(-size[1] // d)
+        t = rng.randrange(-3, H - 2)
+        left = rng.randrange(-3, W - 2)
+        yield d, left, t, rng.randrange(left + 1, W + 3), rng.randrange(t + 1, H + 3)
+
+
+@needs_turbo
+@pytest.mark.parametrize("subsampling", [0, 1, 2])
+@pytest.mark.parametrize("marker", [{"restart_marker_rows": 1}, {"restart_marker_rows": 2},
+                                    {"restart_marker_blocks": 7}], ids=["rows1", "rows2", "blocks7"])
+def test_entering_at_a_restart_marker_changes_no_pixel(subsampling, marker):
+    """Regions decoded by entering at the restart marker above them equal those decoded from the
+    top (and so a full decode); intervals that are not whole MCU rows are decoded from the top."""
+    size = (333, 251)
+    data = jpeg(texture_image(*size, seed=3), subsampling=subsampling, **marker)
+    for d, *box in _regions(random.Random(subsampling), size, 40):
+        entered = dec._jpegcrop.decode_region(data, d, *box)
+        assert entered is not None and entered == dec._jpegcrop.decode_region(data, d, *box, restarts=False)
+    full = np.asarray(pil_rgb(data))
+    pixels, x, y, w, rows = dec._jpegcrop.decode_region(data, 1, 40, 200, 120, 240)
+    region = np.frombuffer(pixels, np.uint8).reshape(rows, w, 4)[:, 8:-8, :3]
+    assert y == 200 and np.array_equal(region, full[200:240, x + 8:x + w - 8])
+
+
+@needs_turbo
+def test_entering_at_a_restart_marker_skips_the_rows_above():
+    """Garbage in the entropy-coded data of the first MCU rows, restart markers intact: a crop
+    further down decodes exactly when entered at its marker (those rows are never read), and is
+    declined when decoded from the top (libjpeg warns about the corrupt data)."""
+    clean = jpeg(texture_image(320, 240, seed=5), restart_marker_rows=1)
+    start = clean.index(b"\xff\xda") + 2 + int.from_bytes(clean[clean.index(b"\xff\xda") + 2:][:2], "big")
+    first_marker = clean.index(b"\xff\xd0", start)
+    junk = bytes(b if b != 0xFF else 0x00 for b in np.random.default_rng(0).integers(0, 256, first_marker - start - 8,
+                                                                                      dtype=np.uint8).tobytes())
+    damaged = clean[:start + 4] + junk + clean[first_marker - 4:]
+    assert len(damaged) == len(clean)
+    low = (1, 0, 160, 320, 200)
+    assert dec._jpegcrop.decode_region(damaged, *low) == dec._jpegcrop.decode_region(clean, *low)
+    assert dec._jpegcrop.decode_region(damaged, *low, restarts=False) != dec._jpegcrop.decode_region(clean, *low)
+
+
+@needs_turbo
+def test_out_of_sequence_restart_markers_are_decoded_from_the_top():
+    data = bytearray(jpeg(texture_image(320, 240, seed=6), restart_marker_rows=1))
+    sos = data.index(b"\xff\xda")
+    second = data.index(b"\xff\xd1", sos)
+    data[second + 1] = 0xD5  # RST1 -> RST5: not the sequence libjpeg expects
+    region = dec._jpegcrop.decode_region(bytes(data), 1, 0, 200, 320, 230)
+    assert region is None or region == dec._jpegcrop.decode_region(bytes(data), 1, 0, 200, 320, 230, restarts=False)
+
+
 @needs_turbo
 @pytest.mark.parametrize("channels", [3, 4])
 @pytest.mark.parametrize("flip", [False, True])
