@@ -15,9 +15,9 @@ processes, as the writer does, not threads). It
   vocabulary), resizes per policy, and re-encodes (baseline, 4:2:0, `policy.quality`);
 - passes an already-fine JPEG through without generation loss: Huffman baseline, extended or
   progressive, 8-bit, 3 components in YCbCr, within the size bound, no fix needed. By default
-  (`policy.restart_markers`) it is rewritten losslessly with a restart marker at every MCU row
-  (`_jpegtran`: the same DCT coefficients, so the same pixels; fix `restart_markers`), which lets
-  the loader start decoding at the MCU row above a crop; that rewrite entropy-decodes every block
+  (`policy.restart_markers`) it is rewritten losslessly with restart markers on a grid of ~64 px
+  cells, one MCU row high (`_jpegtran`: the same DCT coefficients, so the same pixels; fix
+  `restart_markers`), which lets the loader decode only the cells around a crop; that rewrite entropy-decodes every block
   and declines on any libjpeg error or warning, so it is the validation too. Where it declines (or
   the extension is not built, or the policy is off) the bytes pass through unchanged after the
   validation below. Re-encoded images get the same markers from the encoder.
@@ -96,7 +96,7 @@ class ImagePolicy:
     quality: int = 90  # JPEG quality for re-encoded images
     max_pixels: int = 89_478_485  # decompression-bomb guard (PIL's default); over -> too_many_pixels
     exif_transpose: bool = False  # default: pixels as PIL / torchvision ImageFolder see them
-    restart_markers: bool = True  # a restart marker per MCU row in every stored JPEG (module docstring)
+    restart_markers: bool = True  # restart markers on a grid of MCU cells in every stored JPEG (module docstring)
 
     def __post_init__(self):
         parse_resize(self.resize)
@@ -314,11 +314,16 @@ def _transposed_box(box, size, method) -> tuple[float, float, float, float]:
 
 def _encode_jpeg(img: Image.Image, quality: int, restart_markers: bool) -> bytes:
     # Only these options reach the encoder: no EXIF, ICC or XMP is carried over; baseline, 4:2:0;
-    # a restart marker per MCU row unless the policy turned them off (a Pillow without the option
-    # ignores it: the loader then just reads those files without entering at a marker)
+    # restart markers on the same grid as the lossless rewrite (_jpegtran.interval_mcus; without the
+    # extension, one per MCU row) unless the policy turned them off. A Pillow without the option ignores
+    # it: the loader then just reads those files without entering at the markers.
+    markers = {}
+    if restart_markers and _jpegtran is not None:
+        markers = {"restart_marker_blocks": _jpegtran.interval_mcus(-(-img.width // 16), 16)}  # 4:2:0: 16 px MCUs
+    elif restart_markers:
+        markers = {"restart_marker_rows": 1}
     buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality, optimize=False, progressive=False, subsampling=2,
-             restart_marker_rows=1 if restart_markers else 0)
+    img.save(buf, format="JPEG", quality=quality, optimize=False, progressive=False, subsampling=2, **markers)
     return buf.getvalue()
 
 

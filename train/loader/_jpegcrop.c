@@ -6,13 +6,11 @@
  *   - jpeg_crop_scanline: only the iMCU columns that hold the crop are IDCT'd and converted;
  *   - stopping after the crop's last row (jpeg_abort_decompress): rows below are not even
  *     entropy-decoded;
- *   - entering at a restart marker: when the JPEG has restart markers at whole MCU rows (what
- *     prepare-shards writes, docs/format.md), decoding starts at the last marker at least one
- *     MCU row above the crop, so the rows above that are not even entropy-decoded. libjpeg has
- *     no call for this, so it is handed a stream of the original's headers (the SOF's height
- *     cut to the rows left) followed by the entropy-coded data from that marker on; restart
- *     markers reset all decoder state (DC predictions, bit buffer), so the pixels are those of
- *     a full decode (tested); the MCU row of margin gives the chroma upsampling its context;
+ *   - entering at restart markers: when the JPEG has restart markers on a grid of whole MCU
+ *     rows and columns (what prepare-shards writes, docs/format.md), libjpeg is handed a JPEG made
+ *     of only the intervals around the region (build_entry), so rows above and columns beside it
+ *     are not even entropy-decoded; restart markers reset all decoder state, so the pixels are
+ *     those of a full decode (tested);
  *   - DCT-domain scaling by 1/2, 1/4, 1/8 (SIMD-accelerated in libjpeg-turbo; the other M/8
  *     factors are plain C and measured slower than a full-size decode, so they are not used);
  *   - output straight into RGBX, which Pillow maps without a copy (Image.frombuffer "RGBX").
@@ -36,7 +34,6 @@
 #include <string.h>
 
 #include <jpeglib.h>
-#include <jerror.h>
 
 #if !defined(JCS_EXTENSIONS) || !defined(LIBJPEG_TURBO_VERSION)
 #error "train/_jpegcrop.c needs libjpeg-turbo (>= 2.0) headers, not IJG libjpeg"
@@ -76,20 +73,23 @@ static int not_jpeg(const Py_buffer *buf) {
     return buf->len < 4 || p[0] != 0xFF || p[1] != 0xD8;
 }
 
-/* ---- entering at a restart marker ---- */
+/* ---- entering at restart markers ---- */
 
-/* Where the rows of a JPEG can be entered without entropy-decoding those above: a baseline
- * (SOF0/SOF1) 3-component image, one interleaved scan, a restart interval of whole MCU rows. */
+/* How a JPEG's restart intervals tile it: a baseline (SOF0/SOF1) 3-component image, one
+ * interleaved scan, a restart interval that is either a whole number of MCU rows or a divisor of
+ * one (so the intervals form a grid of `per_group` columns by groups of `group_rows` pixel rows). */
 struct restart_map {
-    size_t header_len;     /* bytes up to the end of the SOS segment: where entropy-coded data starts */
-    size_t sof_height_at;  /* offset of the SOF's 2-byte image height */
-    int height;            /* image height in pixels */
-    int interval_rows;     /* pixel rows per restart interval */
+    size_t header_len;   /* bytes up to the end of the SOS segment: where entropy-coded data starts */
+    size_t sof_at;       /* offset of the SOF's 2-byte height; the 2-byte width follows */
+    int width, height;   /* image size in pixels */
+    int group_rows;      /* pixel rows per group of intervals */
+    int per_group;       /* intervals side by side in a group */
+    int interval_cols;   /* pixel columns per interval (when per_group > 1) */
 };
 
 static int map_restarts(const unsigned char *p, size_t n, struct restart_map *m) {
     size_t i = 2;
-    int interval = 0, sof = 0, width = 0, hmax = 1, vmax = 1;
+    int interval = 0, sof = 0, hmax = 1, vmax = 1;
     while (i + 4 <= n) {
         if (p[i] != 0xFF)
             return 0;
@@ -105,9 +105,9 @@ static int map_restarts(const unsigned char *p, size_t n, struct restart_map *m)
         if (mk == 0xC0 || mk == 0xC1) {  /* baseline / extended sequential, Huffman */
             if (len < 8 + 3 * 3 || seg[5] != 3)
                 return 0;
-            m->sof_height_at = i + 5;
+            m->sof_at = i + 5;
             m->height = (seg[1] << 8) | seg[2];
-            width = (seg[3] << 8) | seg[4];
+            m->width = (seg[3] << 8) | seg[4];
             for (int c = 0; c < 3; c++) {
                 int hs = seg[6 + 3 * c + 1] >> 4, vs = seg[6 + 3 * c + 1] & 15;
                 hmax = hs > hmax ? hs : hmax;
@@ -121,13 +121,21 @@ static int map_restarts(const unsigned char *p, size_t n, struct restart_map *m)
                 return 0;
             interval = (seg[0] << 8) | seg[1];
         } else if (mk == 0xDA) {
-            if (!sof || interval <= 0 || seg[0] != 3 || m->height <= 0 || width <= 0)
+            if (!sof || interval <= 0 || seg[0] != 3 || m->height <= 0 || m->width <= 0)
                 return 0;
-            int per_row = (width + 8 * hmax - 1) / (8 * hmax);  /* MCUs per MCU row */
-            if (interval % per_row)
+            int per_row = (m->width + 8 * hmax - 1) / (8 * hmax);  /* MCUs per MCU row */
+            if (interval % per_row == 0) {
+                m->group_rows = interval / per_row * 8 * vmax;
+                m->per_group = 1;
+                m->interval_cols = m->width;
+            } else if (per_row % interval == 0) {
+                m->group_rows = 8 * vmax;
+                m->per_group = per_row / interval;
+                m->interval_cols = interval * 8 * hmax;
+            } else {
                 return 0;
+            }
             m->header_len = i + 2 + len;
-            m->interval_rows = interval / per_row * 8 * vmax;
             return 1;
         } else if (mk == 0xD9 || (mk >= 0xD0 && mk <= 0xD8) || mk == 0x01) {
             return 0;  /* no stand-alone markers belong in the header */
@@ -137,11 +145,14 @@ static int map_restarts(const unsigned char *p, size_t n, struct restart_map *m)
     return 0;
 }
 
-/* Offset just past the j-th (j >= 1) restart marker of the entropy-coded data starting at `at`;
- * 0 when there are fewer, or they are out of sequence, or another marker comes first. */
-static size_t after_restart(const unsigned char *p, size_t n, size_t at, int j) {
+/* The entropy-coded bytes of intervals [first, last] (numbered from 0 in scan order), found by
+ * walking the restart markers from `at`: starts[k], ends[k] for interval first + k. 0 when the
+ * markers are out of sequence or another marker comes first (then the caller decodes from the top). */
+static int find_intervals(const unsigned char *p, size_t n, size_t at, int first, int last,
+                          size_t *starts, size_t *ends) {
     const unsigned char *q = p + at, *end = p + n;
-    int seen = 0;
+    int index = 0;  /* the interval that starts at `at` */
+    size_t start = at;
     while (end - q >= 2) {
         q = memchr(q, 0xFF, (size_t)(end - q - 1));
         if (q == NULL)
@@ -149,111 +160,101 @@ static size_t after_restart(const unsigned char *p, size_t n, size_t at, int j) 
         unsigned char b = q[1];
         if (b == 0x00) {  /* a stuffed 0xFF data byte */
             q += 2;
-        } else if (b == 0xFF) {  /* fill byte */
-            q += 1;
-        } else if (b >= 0xD0 && b <= 0xD7 && b == 0xD0 + (seen & 7)) {
-            if (++seen == j)
-                return (size_t)(q + 2 - p);
-            q += 2;
-        } else {
-            return 0;
+            continue;
         }
+        if (b == 0xFF) {  /* fill byte */
+            q += 1;
+            continue;
+        }
+        int restart = b >= 0xD0 && b <= 0xD7;
+        if (restart && b != 0xD0 + (index & 7))
+            return 0;
+        if (!restart && (b != JPEG_EOI || index != last))
+            return 0;  /* only the image's last interval may end at the end-of-image marker */
+        if (index >= first) {
+            starts[index - first] = start;
+            ends[index - first] = (size_t)(q - p);
+        }
+        if (index == last)
+            return 1;
+        index++;
+        q += 2;
+        start = (size_t)(q - p);
     }
     return 0;
 }
 
-/* A libjpeg source of two parts: a copy of the headers, then the original's entropy-coded data
- * from a restart marker on. Restart markers then come numbered `shift` ahead of what libjpeg
- * counts; exactly that offset is accepted, anything else goes to libjpeg's own resync (which
- * warns: declined). */
-struct two_part_source {
-    struct jpeg_source_mgr pub;
-    const JOCTET *tail;
-    size_t tail_len;
-    int tail_served, shift;
-};
-
-static void src_init(j_decompress_ptr cinfo) { (void)cinfo; }
-static void src_term(j_decompress_ptr cinfo) { (void)cinfo; }
-
-static boolean src_fill(j_decompress_ptr cinfo) {
-    static const JOCTET eoi[2] = {0xFF, JPEG_EOI};
-    struct two_part_source *src = (struct two_part_source *)cinfo->src;
-    if (!src->tail_served) {
-        src->pub.next_input_byte = src->tail;
-        src->pub.bytes_in_buffer = src->tail_len;
-        src->tail_served = 1;
-    } else {  /* past the end: warn (declined) and end the image, as jpeg_mem_src does */
-        WARNMS(cinfo, JWRN_JPEG_EOF);
-        src->pub.next_input_byte = eoi;
-        src->pub.bytes_in_buffer = 2;
-    }
-    return TRUE;
-}
-
-static void src_skip(j_decompress_ptr cinfo, long n) {
-    while (n > (long)cinfo->src->bytes_in_buffer) {
-        n -= (long)cinfo->src->bytes_in_buffer;
-        src_fill(cinfo);
-    }
-    if (n > 0) {
-        cinfo->src->next_input_byte += n;
-        cinfo->src->bytes_in_buffer -= (size_t)n;
-    }
-}
-
-static boolean src_resync(j_decompress_ptr cinfo, int desired) {
-    struct two_part_source *src = (struct two_part_source *)cinfo->src;
-    if (cinfo->unread_marker == JPEG_RST0 + ((desired + src->shift) & 7)) {
-        cinfo->unread_marker = 0;
-        return TRUE;
-    }
-    return jpeg_resync_to_restart(cinfo, desired);
-}
-
-static void open_two_part(struct jpeg_decompress_struct *cinfo, struct two_part_source *src,
-                          const JOCTET *head, size_t head_len, const JOCTET *tail, size_t tail_len, int shift) {
-    jpeg_create_decompress(cinfo);
-    memset(src, 0, sizeof(*src));
-    src->pub.init_source = src_init;
-    src->pub.fill_input_buffer = src_fill;
-    src->pub.skip_input_data = src_skip;
-    src->pub.resync_to_restart = src_resync;
-    src->pub.term_source = src_term;
-    src->pub.next_input_byte = head;
-    src->pub.bytes_in_buffer = head_len;
-    src->tail = tail;
-    src->tail_len = tail_len;
-    src->shift = shift;
-    cinfo->src = &src->pub;
-}
-
-/* When the rows from `first_row` (pixels) on can be entered at a restart marker at least one
- * interval above it: a malloc'ed copy of the headers with the height cut (to free), the offset
- * of the entropy-coded data to continue with, the marker shift and the pixel rows skipped. */
-static unsigned char *plan_entry(const unsigned char *p, size_t n, int first_row, size_t *head_len,
-                                 size_t *tail_at, int *shift, int *skipped) {
+/* Entering at restart markers. Restart markers reset all decoder state (DC predictions, bit
+ * buffer), so a JPEG made of a subset of a JPEG's intervals -- a rectangle of the grid -- decodes
+ * to exactly the pixels of that rectangle. When the region [left, right) x [top, bottom) (pixels
+ * of the full-size image) needs fewer intervals than the whole image, this builds that JPEG: the
+ * original's headers with the SOF's size cut to the rectangle, then the rectangle's intervals
+ * with their restart markers renumbered, then EOI. The rectangle starts one group of rows above
+ * the region (context for the chroma upsampling; the columns' context is the caller's margin).
+ * Returns the malloc'ed JPEG (to free) and its size, and the pixel offset of the rectangle. */
+static unsigned char *build_entry(const unsigned char *p, size_t n, int left, int top, int right, int bottom,
+                                  size_t *size, int *x_shift, int *y_shift) {
     struct restart_map m;
-    if (first_row <= 0 || !map_restarts(p, n, &m))
+    if (!map_restarts(p, n, &m))
         return NULL;
-    int j = first_row / m.interval_rows - 1;  /* one interval of context above the first row */
-    if (j < 1)
+    int groups = (m.height + m.group_rows - 1) / m.group_rows;
+    int g0 = top / m.group_rows - 1, g1 = (bottom + m.group_rows - 1) / m.group_rows;
+    int c0 = 0, c1 = m.per_group;
+    if (g0 < 0)
+        g0 = 0;
+    if (g1 > groups)
+        g1 = groups;
+    if (m.per_group > 1) {
+        c0 = left < 0 ? 0 : left / m.interval_cols;
+        c1 = (right + m.interval_cols - 1) / m.interval_cols;
+        if (c1 > m.per_group)
+            c1 = m.per_group;
+    }
+    if (g0 >= g1 || c0 >= c1 || (g0 == 0 && c0 == 0 && c1 == m.per_group))
+        return NULL;  /* nothing to leave out above or beside: the plain path stops below by itself */
+    int first = g0 * m.per_group + c0, last = (g1 - 1) * m.per_group + c1 - 1;
+    int count = last - first + 1;
+    size_t *starts = malloc(2 * (size_t)count * sizeof(size_t));
+    unsigned char *out = NULL;
+    if (starts == NULL)
         return NULL;
-    size_t at = after_restart(p, n, m.header_len, j);
-    if (at == 0)
-        return NULL;
-    unsigned char *head = malloc(m.header_len);
-    if (head == NULL)
-        return NULL;
-    memcpy(head, p, m.header_len);
-    int rows_left = m.height - j * m.interval_rows;
-    head[m.sof_height_at] = (unsigned char)(rows_left >> 8);
-    head[m.sof_height_at + 1] = (unsigned char)(rows_left & 0xFF);
-    *head_len = m.header_len;
-    *tail_at = at;
-    *shift = j & 7;
-    *skipped = j * m.interval_rows;
-    return head;
+    size_t *ends = starts + count;
+    if (find_intervals(p, n, m.header_len, first, last, starts, ends)) {
+        size_t total = m.header_len + 2;
+        for (int k = 0; k < count; k++)
+            total += ends[k] - starts[k] + 2;
+        out = malloc(total);
+    }
+    if (out != NULL) {
+        int width = c1 == m.per_group ? m.width - c0 * m.interval_cols : (c1 - c0) * m.interval_cols;
+        int height = (g1 * m.group_rows < m.height ? g1 * m.group_rows : m.height) - g0 * m.group_rows;
+        memcpy(out, p, m.header_len);
+        out[m.sof_at] = (unsigned char)(height >> 8);
+        out[m.sof_at + 1] = (unsigned char)(height & 0xFF);
+        out[m.sof_at + 2] = (unsigned char)(width >> 8);
+        out[m.sof_at + 3] = (unsigned char)(width & 0xFF);
+        size_t o = m.header_len;
+        int written = 0;
+        for (int g = g0; g < g1; g++) {
+            for (int c = c0; c < c1; c++) {
+                int k = g * m.per_group + c - first;
+                if (written > 0) {  /* renumbered: libjpeg counts from RST0 */
+                    out[o++] = 0xFF;
+                    out[o++] = (unsigned char)(JPEG_RST0 + ((written - 1) & 7));
+                }
+                memcpy(out + o, p + starts[k], ends[k] - starts[k]);
+                o += ends[k] - starts[k];
+                written++;
+            }
+        }
+        out[o++] = 0xFF;
+        out[o++] = JPEG_EOI;
+        *size = o;
+        *x_shift = c0 * m.interval_cols;
+        *y_shift = g0 * m.group_rows;
+    }
+    free(starts);
+    return out;
 }
 
 PyDoc_STRVAR(header_doc,
@@ -301,16 +302,15 @@ PyDoc_STRVAR(decode_region_doc,
 "(libjpeg decodes whole iMCU columns). Its first and last 8 columns can differ from a full\n"
 "decode where fancy upsampling lacks its neighbours, so ask for a margin.\n"
 "fast=True: fast integer IDCT and plain chroma upsampling (full-size decodes only).\n"
-"restarts=False: never enter at a restart marker (tests compare both ways).\n"
+"restarts=False: never enter at restart markers (tests compare both ways).\n"
 "None: declined (not a 3-component YCbCr/RGB JPEG, or any libjpeg error or warning).");
 
 static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "denom", "left", "top", "right", "bottom", "fast", "restarts", NULL};
     Py_buffer buf;
     int denom, left, top, right, bottom, fast = 0, restarts = 1;
-    unsigned char *volatile head = NULL;  /* headers for entering at a restart marker, or NULL */
-    struct two_part_source two;
-    volatile int skipped = 0;              /* output rows above that entry point */
+    unsigned char *volatile entry = NULL;  /* the intervals the region needs, as a JPEG; or NULL */
+    volatile int x_skip = 0, y_skip = 0;   /* output columns / rows left out before them */
     struct jpeg_decompress_struct cinfo;
     struct crop_error err;
     PyObject *out = NULL;
@@ -339,14 +339,16 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
     if (setjmp(err.jump)) {
         status = 1;
     } else {
-        size_t head_len = 0, tail_at = 0;
-        int shift = 0, skipped_px = 0;
+        size_t entry_size = 0;
+        int x_px = 0, y_px = 0;
         if (restarts)
-            head = plan_entry(buf.buf, (size_t)buf.len, top * denom, &head_len, &tail_at, &shift, &skipped_px);
-        if (head != NULL) {
-            skipped = skipped_px / denom;  /* whole: an interval is a multiple of 8 rows */
-            open_two_part(&cinfo, &two, head, head_len, (const JOCTET *)buf.buf + tail_at,
-                          (size_t)buf.len - tail_at, shift);
+            entry = build_entry(buf.buf, (size_t)buf.len, left * denom, top * denom, right * denom,
+                                bottom * denom, &entry_size, &x_px, &y_px);
+        if (entry != NULL) {
+            x_skip = x_px / denom;  /* whole: intervals start at multiples of 8 pixels */
+            y_skip = y_px / denom;
+            jpeg_create_decompress(&cinfo);
+            jpeg_mem_src(&cinfo, entry, (unsigned long)entry_size);
         } else {
             open_source(&cinfo, buf.buf, buf.len);
         }
@@ -362,8 +364,10 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
             cinfo.do_fancy_upsampling = fast ? FALSE : TRUE;
             jpeg_start_decompress(&cinfo);
             int W = (int)cinfo.output_width, H = (int)cinfo.output_height;
-            top -= skipped;  /* rows of this (possibly cut) stream */
-            bottom -= skipped;
+            left -= x_skip;  /* coordinates of the stream decoded (the entry rectangle) */
+            right -= x_skip;
+            top -= y_skip;
+            bottom -= y_skip;
             if (left < 0) left = 0;
             if (top < 0) top = 0;
             if (right > W) right = W;
@@ -414,7 +418,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
         }
     }
     jpeg_destroy_decompress(&cinfo);
-    free(head);
+    free(entry);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
 
@@ -424,7 +428,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
         Py_XDECREF(out);
         Py_RETURN_NONE;
     }
-    return Py_BuildValue("(Niiii)", out, (int)xoff, y0 + skipped, (int)width, rows);
+    return Py_BuildValue("(Niiii)", out, (int)xoff + x_skip, y0 + y_skip, (int)width, rows);
 }
 
 PyDoc_STRVAR(to_planes_doc,

@@ -4,8 +4,10 @@ Three decoders, same crop semantics (crop parameters are always drawn in origina
 coordinates, with the distribution of torchvision's ``RandomResizedCrop.get_params``):
 
 * ``turbo`` (the ``auto`` choice when the ``imagenet_shards.train.loader._jpegcrop`` extension is built; see
-  docs/loader.md for the measurements): libjpeg-turbo decodes only the crop's region. Rows above
-  it are entropy-decoded but skipped (no IDCT, upsampling or colour conversion), only the iMCU
+  docs/loader.md for the measurements): libjpeg-turbo decodes only the crop's region. In JPEGs
+  with prepare-shards' grid of restart markers only the cells around the crop are handed to
+  libjpeg at all (rows above and columns beside are never entropy-decoded); otherwise rows above
+  it are entropy-decoded but skipped (no IDCT, upsampling or colour conversion). Only the iMCU
   columns holding it are converted, decoding stops after its last row, and the same 1/2, 1/4,
   1/8 DCT scaling as ``pil`` applies. The region comes out as RGBX, which Pillow wraps without a
   copy, and is resampled to the output size in one resize. Same libjpeg, same settings: the

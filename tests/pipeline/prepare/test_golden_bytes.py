@@ -1,7 +1,7 @@
 """The shard set of a fixed synthetic input is byte-identical to the one pinned here.
 
 Pinned on 2026-12-01 (before the package moved under ``imagenet_shards``), re-pinned the same day
-when prepare-shards began writing a restart marker per MCU row (issue 12), through the console
+when prepare-shards began writing restart markers on a grid of cells (issue 12), through the console
 scripts, so the check holds across any restructuring of the code: same generator arguments, same
 prepare-shards arguments -> the same sha256 for every shard and manifest file. The bytes depend on
 the JPEG encoder and the resampler, so the pins hold for the imaging stack that ``make test``
@@ -24,15 +24,15 @@ from imagenet_shards.pipeline.prepare import images
 PINNED_STACK = ("12.1.1.post0", "2.1.5")
 PINNED = {
     "_info.json": "89b8a37c01bb56b00274669cfcd562b5cbca8a1369f0d0a76b562d3733900a9f",
-    "manifest.json": "de6c3314c4e6a9ab30a01eec570e5626aaccb3f2bfaaf2908d24c4dcc5c15820",
-    "train.wids.json": "d3148a1d3fab620528704019b0f6d12cd9cd7f135d2e2ec049cd42661aa3903d",
-    "train/imagenet1k-train-000000.tar": "76d226b77f1c0f5d163d7a519ee2e5c7b2632c0ce15162e5f58a927bc808ff1a",
-    "train/imagenet1k-train-000001.tar": "ba3e9d815502b64f9b093a99c4dfcece24e811ebfca700156a7b5f779542a1ab",
-    "train/imagenet1k-train-000002.tar": "3f73d5fac3d1c53a497778acd13a080d829fc5af3878a94988e140bf71f2c3c9",
-    "train/imagenet1k-train-000003.tar": "0a1ccacb69fe105dee48dbf4d5fb0b4bd0f90b6cc3d9494d55a41b1a9e35e83c",
-    "val.wids.json": "08217cda7909015e056021c2e7efc395ed884aac5875e006754d85ffc4e28fba",
-    "val/imagenet1k-validation-000000.tar": "f265b2a66841c3ddc475419190b7220c50f588f956ac5fed5f39eead10eec8bf",
-    "val/imagenet1k-validation-000001.tar": "2031cb0beed6310ef3e186e42f35eb8b91f517ba754bc1f35b5f7a3ef51b8e2c",
+    "manifest.json": "1a6123aa4901bc4c24e83d9851eb59ffe76ddd95b0e7dd1d3baea3f7c4a864b4",
+    "train.wids.json": "20631bc0cbce0f080391822db54b1677f66d1bb85eb18c79acabfa7089a3241e",
+    "train/imagenet1k-train-000000.tar": "17d235512a4790424b5ea05a37646b7bfc31f2cc378ee8afcc6898bdbbffcdaa",
+    "train/imagenet1k-train-000001.tar": "cdf097892f5633cd62f5e84d4289879c12a2c0ae88c630709d3e9e139efbb5e5",
+    "train/imagenet1k-train-000002.tar": "79d33959657a5b871ddbb8ad94a282ed3e16ab12e5beec7fc7791eb61227b1b7",
+    "train/imagenet1k-train-000003.tar": "3340bb58141163fdda61fd4237073f569dd8909f9994d904cde0b2dc4a192466",
+    "val.wids.json": "a8e8973a09f260b8f9863236eefb0dac20634911f1eb9d7e0ea39d603865fda2",
+    "val/imagenet1k-validation-000000.tar": "d51cc8f960418cf8a972825c2b6219d763f3973d86dce37e2e1889945c1ff208",
+    "val/imagenet1k-validation-000001.tar": "093d9b0c0c3616a51aa5ff9ed401b5949b5ae065da8ba781540b94e50e1df43e",
 }
 
 

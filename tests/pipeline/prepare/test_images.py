@@ -95,8 +95,8 @@ def test_plain_jpeg_within_bound_passes_through_byte_for_byte(progressive):
 @pytest.mark.parametrize("progressive", [False, True])
 @pytest.mark.parametrize("subsampling", [0, 1, 2])
 def test_plain_jpeg_is_rewritten_losslessly_with_restart_markers(progressive, subsampling):
-    """The default: same coefficients (so the same pixels, exactly), baseline, a restart marker
-    at every MCU row, EXIF kept; the fix is recorded."""
+    """The default: same coefficients (so the same pixels, exactly), baseline, restart markers on
+    a grid of cells that tile every MCU row, EXIF kept; the fix is recorded."""
     exif = Image.Exif()
     exif[0x0112] = 6
     data = encode(natural(500, 375), "JPEG", quality=90, progressive=progressive, subsampling=subsampling,
@@ -109,14 +109,27 @@ def test_plain_jpeg_is_rewritten_losslessly_with_restart_markers(progressive, su
     assert "progressive" not in out.info and JpegImagePlugin.get_sampling(out) == subsampling
     assert out.getexif().get(0x0112) == 6
     mcu_width = 16 if subsampling else 8
-    assert restart_interval(r.data) == -(-500 // mcu_width)  # one MCU row
-    assert 0.9 < len(r.data) / len(data) < 1.1
+    per_row = -(-500 // mcu_width)  # MCUs per row: 32 or 63
+    assert restart_interval(r.data) == images._jpegtran.interval_mcus(per_row, mcu_width) == (4 if subsampling else 9)
+    assert per_row % restart_interval(r.data) == 0
+    assert 0.9 < len(r.data) / len(data) < 1.2  # ~7-11 bytes a cell here (4:4:4: 9 x 47 cells); docs/format.md
 
 
-def test_reencoded_jpegs_get_restart_markers_unless_turned_off():
+def test_reencoded_jpegs_get_restart_markers_unless_turned_off(monkeypatch):
     big = jpeg(1000, 750)
-    assert restart_interval(process_image(big, DEFAULT).data) == -(-500 // 16)
+    grid = 4 if images._jpegtran is not None else -(-500 // 16)  # 32 MCUs per row: cells of 4, or whole rows
+    assert restart_interval(process_image(big, DEFAULT).data) == grid
     assert restart_interval(process_image(big, KEEP).data) == 0
+    monkeypatch.setattr(images, "_jpegtran", None)  # without the extension: one marker per MCU row
+    assert restart_interval(process_image(big, DEFAULT).data) == -(-500 // 16)
+
+
+@needs_jpegtran
+def test_restart_grid_tiles_every_row():
+    pick = images._jpegtran.interval_mcus
+    assert [pick(n, 16) for n in (1, 3, 4, 8, 21, 23, 24, 32)] == [1, 3, 4, 4, 3, 23, 4, 4]  # ~64 px cells
+    assert [pick(n, 8) for n in (8, 63, 64, 67)] == [8, 9, 8, 67]
+    assert all(n % pick(n, w) == 0 for n in range(1, 300) for w in (8, 16, 32))
 
 
 def test_without_the_extension_plain_jpegs_pass_through(monkeypatch):

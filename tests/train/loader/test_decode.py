@@ -247,22 +247,57 @@ def _regions(rng: random.Random, size, n: int):
         yield d, left, t, rng.randrange(left + 1, W + 3), rng.randrange(t + 1, H + 3)
 
 
+class _NoEntry:
+    """The extension with entering at restart markers turned off (everything else as it is)."""
+
+    def __getattr__(self, name):
+        return getattr(_BUILT_EXTENSION, name)
+
+    def decode_region(self, *args, **kw):
+        return _BUILT_EXTENSION.decode_region(*args, restarts=False, **kw)
+
+
+_BUILT_EXTENSION = dec._jpegcrop
+MARKERS = [{"restart_marker_rows": 1}, {"restart_marker_blocks": 4}, {"restart_marker_blocks": 1},
+           {"restart_marker_blocks": 7}]  # 7 MCUs tile no row here: decoded from the top
+
+
 @needs_turbo
 @pytest.mark.parametrize("subsampling", [0, 1, 2])
-@pytest.mark.parametrize("marker", [{"restart_marker_rows": 1}, {"restart_marker_rows": 2},
-                                    {"restart_marker_blocks": 7}], ids=["rows1", "rows2", "blocks7"])
-def test_entering_at_a_restart_marker_changes_no_pixel(subsampling, marker):
-    """Regions decoded by entering at the restart marker above them equal those decoded from the
-    top (and so a full decode); intervals that are not whole MCU rows are decoded from the top."""
+@pytest.mark.parametrize("marker", MARKERS, ids=["rows1", "blocks4", "blocks1", "blocks7"])
+def test_entering_at_restart_markers_changes_no_output_pixel(monkeypatch, subsampling, marker):
+    """Train and val crops decoded from only the restart intervals around them equal those
+    decoded from the top, exactly, at every DCT scale."""
+    for size in [(500, 375), (333, 251), (1000, 700)]:
+        data = jpeg(texture_image(*size, seed=3), subsampling=subsampling, **marker)
+        outs = {}
+        for name, ext in (("entered", _BUILT_EXTENSION), ("from top", _NoEntry())):
+            monkeypatch.setattr(dec, "_jpegcrop", ext)
+            outs[name] = [dec.decode_train(data, res=res, rng=random.Random(seed), decoder="turbo")
+                          for res in (224, 96, 24) for seed in range(6)]
+            outs[name].append(dec.decode_val(data, resize=256, crop=224, decoder="turbo"))
+        assert all(np.array_equal(a, b) for a, b in zip(outs["entered"], outs["from top"])), size
+
+
+@needs_turbo
+@pytest.mark.parametrize("marker", MARKERS[:3], ids=["rows1", "blocks4", "blocks1"])
+def test_a_region_entered_at_restart_markers_equals_the_full_decode(marker):
+    """Inside the margins the caller asks for (the chroma upsampling lacks its neighbours at the
+    edges of what is decoded: 8 columns each side, the last row) every pixel is the full decode's."""
     size = (333, 251)
-    data = jpeg(texture_image(*size, seed=3), subsampling=subsampling, **marker)
-    for d, *box in _regions(random.Random(subsampling), size, 40):
-        entered = dec._jpegcrop.decode_region(data, d, *box)
-        assert entered is not None and entered == dec._jpegcrop.decode_region(data, d, *box, restarts=False)
+    data = jpeg(texture_image(*size, seed=3), **marker)
     full = np.asarray(pil_rgb(data))
-    pixels, x, y, w, rows = dec._jpegcrop.decode_region(data, 1, 40, 200, 120, 240)
-    region = np.frombuffer(pixels, np.uint8).reshape(rows, w, 4)[:, 8:-8, :3]
-    assert y == 200 and np.array_equal(region, full[200:240, x + 8:x + w - 8])
+    for d, *box in _regions(random.Random(2), size, 60):
+        region = dec._jpegcrop.decode_region(data, d, *box)
+        pixels, x, y, w, rows = region
+        got = np.frombuffer(pixels, np.uint8).reshape(rows, w, 4)[:-1, 8:-8, :3]
+        if d == 1 and got.size:
+            assert np.array_equal(got, full[y:y + rows - 1, x + 8:x + w - 8]), (d, box)
+        assert (x, y) <= (max(box[0], 0), max(box[1], 0)) or x <= max(box[0], 0) and y <= max(box[1], 0)
+    pixels, x, y, w, rows = dec._jpegcrop.decode_region(data, 1, 140, 200, 220, 240)
+    assert x <= 140 < 220 <= x + w and y == 200 and rows == 40
+    assert np.array_equal(np.frombuffer(pixels, np.uint8).reshape(rows, w, 4)[:-1, 8:-8, :3],
+                          full[200:239, x + 8:x + w - 8])
 
 
 @needs_turbo
@@ -280,6 +315,29 @@ def test_entering_at_a_restart_marker_skips_the_rows_above():
     low = (1, 0, 160, 320, 200)
     assert dec._jpegcrop.decode_region(damaged, *low) == dec._jpegcrop.decode_region(clean, *low)
     assert dec._jpegcrop.decode_region(damaged, *low, restarts=False) != dec._jpegcrop.decode_region(clean, *low)
+
+
+@needs_turbo
+def test_entering_at_restart_markers_skips_the_columns_beside():
+    """Garbage in the first cell of every MCU row (markers intact): a crop on the right decodes
+    exactly when only its cells are decoded, and not when decoded from the top."""
+    clean = jpeg(texture_image(320, 96, seed=5), restart_marker_blocks=4)  # 20 MCUs a row: 5 cells of 64 px
+    sos = clean.index(b"\xff\xda")
+    at = sos + 2 + int.from_bytes(clean[sos + 2:sos + 4], "big")
+    damaged, k = bytearray(clean), 0
+    while True:  # cells 0, 5, 10...: the first of each row
+        end = damaged.find(b"\xff", at)
+        while damaged[end + 1] == 0:
+            end = damaged.find(b"\xff", end + 2)
+        if k % 5 == 0:
+            for i in range(at + 2, end - 2):
+                damaged[i] = 0x55
+        if damaged[end + 1] == 0xD9:
+            break
+        at, k = end + 2, k + 1
+    right = (1, 200, 0, 320, 90)
+    assert dec._jpegcrop.decode_region(bytes(damaged), *right) == dec._jpegcrop.decode_region(clean, *right)
+    assert dec._jpegcrop.decode_region(bytes(damaged), *right, restarts=False) != dec._jpegcrop.decode_region(clean, *right)
 
 
 @needs_turbo
