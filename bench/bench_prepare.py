@@ -4,7 +4,9 @@
                                   [--peers DIR] [--archives DIR] [--json]
 
 Contenders, one output policy (longer side at most 500 px, JPEG q90) on the same images:
-- ours: ``prepare()`` on a train archive (tar of class tars), 1 worker, then 2 workers;
+- ours: ``prepare()`` on a train archive (tar of class tars), 1 worker, then 2 workers; and 1 worker
+  with ``restart_markers=False`` (pass-through JPEGs stored byte for byte instead of rewritten with
+  restart markers: what the rewrite costs);
 - FFCV: ``DatasetWriter`` + ``RGBImageField(write_mode="jpg", max_resolution=500, jpeg_quality=90)``
   (the ffcv-imagenet recipe) over the same images as files, run as a subprocess in the FFCV
   environment (``bench/peer_ffcv_writer.py``; ``--peers DIR`` or ``$IMAGENET_SHARDS_PEERS``), one
@@ -94,12 +96,14 @@ def _timed(fn) -> dict:
     return {"images": images, "wall_s": time.perf_counter() - t0, "cpu_s": process_tree_cpu_seconds() - c0}
 
 
-def ours(train_tar: Path, out: Path, workers: int) -> dict:
+def ours(train_tar: Path, out: Path, workers: int, restart_markers: bool = True) -> dict:
     """prepare() on ``train_tar`` with ``workers`` worker processes: images, wall and CPU seconds."""
+    config = Config(resize=RESIZE, quality=QUALITY, shard_samples=500, splits=("train",),
+                    restart_markers=restart_markers)
+
     def run():
         shutil.rmtree(out, ignore_errors=True)
-        s = prepare(out=str(out), train=train_tar, config=Config(resize=RESIZE, quality=QUALITY, shard_samples=500,
-                                                                splits=("train",)), workers=workers, progress=False)
+        s = prepare(out=str(out), train=train_tar, config=config, workers=workers, progress=False)
         return s["images_processed"]
     return _timed(run)
 
@@ -168,7 +172,7 @@ def run_bench(archives: Path, work: Path, *, n: int, rounds: int, peers: str | N
     ffcv_note = ("" if ffcv_python and os.access(ffcv_python, os.X_OK) else
                  f"not run: no FFCV environment ({'at ' + str(ffcv_python) if ffcv_python else 'peers not found'}; "
                  f"pass --peers DIR or set {PEERS_ENV} to the folder shared/peers/setup.sh prints)")
-    runs: dict[str, list] = {"ours_1w": [], "ours_2w": [], "ffcv": [], "naive": []}
+    runs: dict[str, list] = {"ours_1w": [], "ours_2w": [], "ffcv": [], "naive": [], "ours_1w_keep": []}
     for r in range(rounds):
         os.sched_setaffinity(0, one)
         try:
@@ -182,6 +186,8 @@ def run_bench(archives: Path, work: Path, *, n: int, rounds: int, peers: str | N
                     ffcv_note = f"not run: FFCV failed in round {r + 1}: {e}"[:300]
             progress(f"round {r + 1}/{rounds}: naive script")
             runs["naive"].append((naive(tar_n), naive(tar_3n)))
+            progress(f"round {r + 1}/{rounds}: ours, 1 worker, no restart markers")
+            runs["ours_1w_keep"].append((ours(tar_n, work / "out", 1, False), ours(tar_3n, work / "out", 1, False)))
         finally:
             os.sched_setaffinity(0, set(allowed))
         if len(two) == 2:
@@ -206,6 +212,8 @@ def run_bench(archives: Path, work: Path, *, n: int, rounds: int, peers: str | N
             row["ours_over_this_cpu"] = base["marginal_img_cpu_s"] / row["marginal_img_cpu_s"]
     if runs["ours_2w"]:
         rows[-1]["scaling_1_to_2"] = rows[-1]["marginal_img_s"] / base["marginal_img_s"]
+    rows.append(summary("imagenet-shards prepare, 1 worker, --no-restart-markers", runs["ours_1w_keep"],
+                        "pass-through JPEGs stored byte for byte (no lossless rewrite)"))
     return {"images": [count_n, count_3n], "rows": rows,
             "peak_rss_mb": round(max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
                                      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024, 1)}

@@ -6,9 +6,11 @@ Stages, each timed over the same records with ``time.process_time`` (CPU, not wa
 shared machine), in microseconds per image:
 - ``read``: tar records from the shards (``read_shard``);
 - ``header``: ``_jpegcrop.header`` (libjpeg header parse);
-- ``entropy floor``: a whole-image 1/8 DCT-scaled decode: every block entropy-decoded, next to
-  no IDCT / colour work; what no JPEG loader can go under;
-- ``region decode``: ``decode_region`` for the crop RandomResizedCrop drew (the turbo path's C part);
+- ``whole image at 1/8``: a whole-image 1/8 DCT-scaled decode: every block entropy-decoded, next
+  to no IDCT / colour work; the floor of any loader that must entropy-decode every block (ours
+  does not, on shards with restart markers);
+- ``region decode``: ``decode_region`` for the crop RandomResizedCrop drew (the turbo path's C part:
+  only the restart cells around the crop when the JPEGs have prepare-shards' markers);
 - ``resize``: Pillow's bilinear resample of that region to res x res;
 - ``to batch``: the resized image into a uint8 CHW batch slot, flipped (``decode._write_chw``:
   Pillow's memory read in place through its Arrow export, split into planes in C);
@@ -70,7 +72,7 @@ def profile(data: str, *, images: int, res: int) -> dict:
     regions = [_jpegcrop.decode_region(j, g[0], *g[5:]) for j, g in zip(jpgs, geo)]
     out = {"images": n, "mean_kb": sum(map(len, jpgs)) / n / 1000,
            "read": t_read / n, "header": _cpu(_jpegcrop.header, jpgs) / n,
-           "entropy floor (1/8 whole image)": _cpu(lambda j: _jpegcrop.decode_region(j, 8, 0, 0, 1 << 20, 1 << 20),
+           "whole image at 1/8 (every block)": _cpu(lambda j: _jpegcrop.decode_region(j, 8, 0, 0, 1 << 20, 1 << 20),
                                                    jpgs) / n,
            "region decode": _cpu(lambda jg: _jpegcrop.decode_region(jg[0], jg[1][0], *jg[1][5:]), zip(jpgs, geo)) / n}
 

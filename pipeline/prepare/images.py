@@ -6,11 +6,14 @@ processes, as the writer does, not threads). It
 
 - detects the format from the content (signatures in `image_formats`, then PIL's own identification),
   never the name;
-- validates by a full decode (a pass-through JPEG: at 1/8 DCT scale, which still entropy-decodes
-  every block; PIL's default strictness: a cut file raises; `LOAD_TRUNCATED_IMAGES`
-  must stay False, and we refuse to run if something in the process set it), plus one check PIL
+- validates by a full decode (PIL's default strictness: a cut file raises; `LOAD_TRUNCATED_IMAGES`
+  must stay False, and we refuse to run if something in the process set it), plus two checks PIL
   lacks: a JPEG whose scan data is not followed by an end-of-image marker is `truncated` (libjpeg
-  happily decodes a cut file padded with zeros);
+  happily decodes a cut file padded with zeros), and a pass-through JPEG whose entropy-coded data
+  libjpeg warns about is `corrupt` (read by `_jpegtran`, which sees libjpeg's warnings: a bad
+  Huffman code, a segment that ends early, extraneous bytes before a marker; warnings about
+  metadata only are ignored). A pass-through JPEG needs no pixels: that reading (or, without the
+  extension, a 1/8 DCT-scaled decode, which still entropy-decodes every block) is its validation;
 - fixes what a standard JPEG decoder would not read as 8-bit RGB (see docs/format.md for the
   vocabulary), resizes per policy, and re-encodes (baseline, 4:2:0, `policy.quality`);
 - passes an already-fine JPEG through without generation loss: Huffman baseline, extended or
@@ -33,10 +36,14 @@ Resampling is LANCZOS (see `_RESAMPLE`). Large JPEGs are first reduced in the DC
 resampled to the exact size computed from the original dimensions, so both paths give the same
 size; against a full decode + LANCZOS the pixels differ by ~0.6/255 on average, for 2-4x less time.
 
-Limits: a JPEG cut mid-scan *and then given an end-of-image marker* (a "repaired" file) decodes
-with a grey bottom and is accepted: PIL does not expose libjpeg's "premature end of data segment"
-warning. Multi-frame files (GIF, TIFF, MPO) keep their first frame. Pillow's own bomb limit
-(2 x `Image.MAX_IMAGE_PIXELS`) still applies when `policy.max_pixels` is above it.
+Limits: a JPEG cut mid-scan *and then given an end-of-image marker* (a "repaired" file), or with
+garbage mid-scan, decodes with grey or wrong blocks without an error (PIL does not expose libjpeg's
+warnings): with the `_jpegtran` extension a pass-through JPEG like that is `corrupt`; one that is
+resized or fixed is accepted (its pixels come from PIL's decode). Garbage that happens to leave a
+baseline scan's length intact can decode without any warning (random damage was caught 40-54 % of
+the time: tests/pipeline/prepare/test_images.py). Multi-frame files (GIF, TIFF, MPO) keep their
+first frame. Pillow's own bomb limit (2 x `Image.MAX_IMAGE_PIXELS`) still applies when
+`policy.max_pixels` is above it.
 """
 
 from __future__ import annotations
@@ -208,17 +215,31 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
     needs_resize = target != upright
     stored_target = (target[1], target[0]) if swaps else target
 
-    # A JPEG that will pass through byte for byte needs no pixels, only the verdict: decode it at
-    # 1/8 scale in the DCT domain. libjpeg still entropy-decodes every block (all the data that can
-    # be damaged: a cut or corrupt scan fails exactly as in a full decode); what it skips is the
-    # IDCT, upsampling and colour conversion, which cannot fail. Measured on the ImageNet-like set
-    # (docs/benchmarks.md): 1.25 -> ~0.8 ms CPU per pass-through image.
+    # libjpeg itself reads a pass-through JPEG's entropy-coded data (_jpegtran), because it reports
+    # what Pillow drops: libjpeg only *warns* about corrupt data (a bad Huffman code, a segment that
+    # ends early or late) and pads with grey. A warning rejects the image as corrupt, after Pillow's
+    # own verdict below (errors and cuts keep their usual reasons). In the same reading it is
+    # rewritten with restart markers; one that reads cleanly is validated, pixels or not. (JPEGs
+    # that are decoded to be resized or fixed are not read twice: a second Huffman pass over the
+    # large ones cost ~0.9 ms per image on average on the ImageNet-like set. docs/format.md)
     passthrough = (is_jpeg and img.mode == "RGB" and header is not None and header.is_plain()
                    and not needs_resize and orientation == 1)
-    if passthrough and policy.restart_markers and _jpegtran is not None:
-        rewritten = _jpegtran.restart_rows(data)
-        if rewritten is not None:  # every block entropy-decoded without an error or warning
-            return _ok(rewritten, (width, height), (width, height), ("restart_markers",), fmt, passthrough=False)
+    warning = None  # libjpeg's complaint about the entropy-coded data, if it had one
+    if passthrough and _jpegtran is not None:
+        if policy.restart_markers:
+            rewritten, kind, message = _jpegtran.restart_rows(data)
+            if rewritten is not None:
+                return _ok(rewritten, (width, height), (width, height), ("restart_markers",), fmt,
+                           passthrough=False)
+        else:
+            kind, message = _jpegtran.check(data)
+            if kind is None:
+                return _ok(data, (width, height), (width, height), (), fmt, passthrough=True)
+        warning = message if kind == "warning" else None
+    # Without the extension, a JPEG that will pass through needs no pixels, only the verdict: decode
+    # it at 1/8 scale in the DCT domain. libjpeg still entropy-decodes every block (a cut scan fails
+    # exactly as in a full decode); what it skips is the IDCT, upsampling and colour conversion,
+    # which cannot fail. Measured on the ImageNet-like set: 1.25 -> ~0.8 ms CPU per image.
     box = None  # region of the (possibly drafted) image that maps to the full original
     if passthrough:
         img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
@@ -233,6 +254,8 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
     if is_jpeg and not jpeg_has_end(data, header):
         return _rejected("truncated", "JPEG scan data is not followed by an end-of-image marker (cut file)",
                          fmt, width, height)
+    if warning is not None:
+        return _rejected("corrupt", f"libjpeg: {warning}", fmt, width, height)
 
     if passthrough:
         return _ok(data, (width, height), (width, height), (), fmt, passthrough=True)
