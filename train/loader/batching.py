@@ -7,7 +7,6 @@ with ``strict`` a ``BadSampleError``. Decoding itself is ``decode`` (pure, per s
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
@@ -17,6 +16,7 @@ import torch
 
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.reading import Record
+from imagenet_shards.train.loader.slots import SlotRing, fresh_shared
 
 
 class BadSampleError(ValueError):
@@ -88,35 +88,40 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
     return img, label
 
 
-def _new_batch(n: int, size: int, shared: bool) -> torch.Tensor:
+def _new_batch(n: int, size: int, shared: bool, ring: SlotRing | None) -> tuple[torch.Tensor, int, int, bool]:
+    """(images, slot, token, recycled): a block of the worker's ring, or a fresh one (slot -1)."""
     shape = (n, 3, size, size)
+    if ring is not None:
+        return ring.take(shape)
     if shared:  # allocate straight in shared memory, as default_collate does: no copy at hand-off
-        try:
-            storage = torch.UntypedStorage._new_shared(math.prod(shape))
-            return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
-        except (AttributeError, RuntimeError):
-            pass
-    return torch.empty(shape, dtype=torch.uint8)
+        return fresh_shared(shape), -1, 0, False
+    return torch.empty(shape, dtype=torch.uint8), -1, 0, False
 
 
 class BatchInfo(NamedTuple):
     bad: tuple          # ((key, url, reason), ...) for samples skipped while forming this batch
     duplicated: int     # train only: slots refilled with an already-used sample (spares ran out)
+    worker: int = 0     # the worker, its ring slot (-1: a fresh block) and that use's token: what the
+    slot: int = -1      # main process writes into the release board once the batch is gone (slots.py)
+    token: int = 0
+    recycled: bool = False  # the batch is in a block an earlier batch used (no fresh shared memory)
 
 
 def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeConfig, rng: random.Random, *,
-            fill: bool, strict: bool = False, shared: bool = False, aug=None) -> Iterator[tuple]:
+            fill: bool, strict: bool = False, shared: bool = False, aug=None,
+            ring: SlotRing | None = None) -> Iterator[tuple]:
     """Form batches from records: yields (images uint8 [n,3,S,S], labels int64 [n], BatchInfo).
 
     fill=True (train): each batch gets exactly its size in *good* samples, pulling further records
     to replace bad ones; if the records run out, the remaining slots repeat good samples of this
     (or the previous) batch and count as ``duplicated``. fill=False (eval): batch i is exactly the
     next ``batch_sizes[i]`` records minus the bad ones; a batch with none left is not yielded.
+    ``ring``: take batch memory from a worker's ring of reusable shared blocks (``slots``).
     """
     S = cfg.out_size
     prev = None
     for n in batch_sizes:
-        images = _new_batch(n, S, shared)
+        images, slot, token, recycled = _new_batch(n, S, shared, ring)
         slots = images.numpy()
         labels = torch.empty(n, dtype=torch.int64)
         bad, filled, dup, taken = [], 0, 0, 0
@@ -150,4 +155,4 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
         if filled < n:
             images, labels = images[:filled], labels[:filled]
         prev = (images, labels, filled)
-        yield images, labels, BatchInfo(tuple(bad), dup)
+        yield images, labels, BatchInfo(tuple(bad), dup, ring.worker if ring else 0, slot, token, recycled)

@@ -25,6 +25,7 @@ from imagenet_shards.train.loader.batching import DecodeConfig, batches, shuffle
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.plan import WorkerPlan, epoch_plan
 from imagenet_shards.train.loader.reading import open_url, read_pieces
+from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,12 @@ class ShardDataset(IterableDataset):
     """One rank's view of a split; iterating it (in a worker or in-process) yields its planned batches.
 
     Epoch and resolution live in a small shared tensor so that persistent workers see
-    ``set_epoch`` / ``set_resolution`` made in the main process."""
+    ``set_epoch`` / ``set_resolution`` made in the main process; the release board of the
+    workers' reusable batch memory (``slots``) is shared the same way."""
 
     def __init__(self, shards: list[Shard], *, batch_size: int, cfg: DecodeConfig, workers: int, seed: int,
                  rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0,
-                 cache: ShardCache | None = None):
+                 cache: ShardCache | None = None, prefetch_factor: int = 4):
         self.shards = shards
         self.opener = cache.open if cache is not None else open_url
         # what imagenet_shards.pipeline.storage.fs was told in this process (storage options, retry policy), for
@@ -55,6 +57,8 @@ class ShardDataset(IterableDataset):
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle_buffer, self.strict = shuffle_buffer, strict
         self.state = torch.tensor([epoch, cfg.res], dtype=torch.int64).share_memory_()
+        self.board = new_board(workers, prefetch_factor)
+        self._ring: SlotRing | None = None  # set in each worker process, kept across its epochs
 
     def plan(self, epoch: int | None = None) -> list[WorkerPlan]:
         """This rank's per-worker plans for ``epoch`` (default: the one ``set_epoch`` selected)."""
@@ -78,8 +82,11 @@ class ShardDataset(IterableDataset):
         if cfg.train:
             records = shuffle_buffer(records, self.shuffle_buffer, random.Random(_seed(*ids, 1)))
         aug = dec.make_aug(cfg.aug) if cfg.train else None
+        if info is not None and self._ring is None:
+            self._ring = SlotRing(self.board, worker)
         yield from batches(iter(records), plan.batch_sizes, cfg, random.Random(_seed(*ids, 2)),
-                           fill=cfg.train, strict=self.strict, shared=info is not None, aug=aug)
+                           fill=cfg.train, strict=self.strict, shared=info is not None, aug=aug,
+                           ring=self._ring if info is not None else None)
 
 
 class ShardLoader:
@@ -97,6 +104,7 @@ class ShardLoader:
         if workers > 0:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor)
         self._loader = DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory, **kw)
+        self._releaser = Releaser(dataset.board)
         self.stats: dict = {}
         self._warned = 0
 
@@ -136,11 +144,14 @@ class ShardLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         stats = self.stats = {"epoch": self.epoch, "samples": 0, "batches": 0, "bad_samples": 0, "bad_keys": [],
-                              "duplicated": 0}
+                              "duplicated": 0, "recycled": 0}
         for images, labels, info in self._loader:
+            self._releaser.release_done()  # batches handed out earlier that nobody holds any more
+            self._releaser.track(images, info.worker, info.slot, info.token)
             if info.bad:
                 self._report_bad(info.bad, stats)
             stats["duplicated"] += info.duplicated
+            stats["recycled"] += info.recycled
             stats["samples"] += len(labels)
             stats["batches"] += 1
             yield images, labels
@@ -175,6 +186,6 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
                            world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch,
-                           cache=cache)
+                           cache=cache, prefetch_factor=prefetch_factor)
     return ShardLoader(dataset, workers=workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
                        prefetch_factor=prefetch_factor)

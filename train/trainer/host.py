@@ -13,9 +13,9 @@ from imagenet_shards.pipeline.storage.units import human_bytes
 
 SHM = "/dev/shm"
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
-# Batches a loader worker keeps in shared memory: the DataLoader's prefetch_factor (4, what both
-# loaders are built with) finished ones plus the one it is filling.
-BATCHES_PER_WORKER = 4 + 1
+# Batches a loader worker keeps in shared memory: its ring of reusable blocks (train/loader/slots.py:
+# the DataLoader's prefetch_factor, 4, what both loaders are built with, + 3).
+BATCHES_PER_WORKER = 4 + 3
 
 
 def cgroup_cpu_limit(path: str = CGROUP_CPU_MAX) -> int | None:

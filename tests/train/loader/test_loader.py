@@ -461,3 +461,57 @@ def test_worker_rss_does_not_grow_across_epochs(tmp_path):
                 peak = max(peak, worker_rss_mib())
         peaks.append(peak)
     assert 0 < peaks[-1] < 1500 and peaks[-1] - peaks[1] < 40, peaks
+
+
+# ----------------------------------------------------------------------------- recycled batch memory
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_workers_reuse_batch_memory_only_once_the_batch_is_gone(sets, persistent):
+    """Batches a consumer drops come back as recycled memory; batches it keeps are never
+    overwritten (their bytes are the same after the whole epoch as when they arrived), and the data
+    is the same either way."""
+    data = sets[7]
+
+    def run(keep: bool):
+        ld = loader(data, "val", batch_size=2, workers=2, prefetch_factor=2, persistent_workers=persistent)
+        kept, sums = [], []
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            for images, _ in ld:
+                sums.append(images.sum(dtype=torch.int64).item())
+                if keep:
+                    kept.append((images, sums[-1]))
+            if epoch == 0:
+                first = ld.stats["recycled"]
+        return sums, first + ld.stats["recycled"], kept
+
+    dropped, recycled, _ = run(keep=False)
+    held, none, kept = run(keep=True)
+    assert dropped == held and recycled > 0 and none == 0
+    assert all(images.sum(dtype=torch.int64).item() == s for images, s in kept)
+
+
+def test_a_slot_is_reused_only_with_its_own_token():
+    from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board
+
+    board = new_board(1, prefetch_factor=1)  # 4 slots
+    ring = SlotRing(board, 0)
+    taken = [ring.take((2, 3, 4, 4)) for _ in range(4)]
+    assert [t[1] for t in taken] == [0, 1, 2, 3] and not any(t[3] for t in taken)
+    assert ring.take((2, 3, 4, 4))[1] == -1  # all four handed out, none released: a fresh block
+    rel = Releaser(board)
+    _, slot, token, _ = taken[1]
+    received = torch.zeros((2, 3, 4, 4), dtype=torch.uint8)  # the main process's own mapping of the block
+    view = received[0]
+    rel.track(received, 0, slot, token)
+    del received
+    rel.release_done()
+    assert board[0, 1] == 0  # a view still holds the storage: not released
+    del view
+    rel.release_done()
+    assert board[0, 1] == token
+    again = ring.take((2, 3, 4, 4))
+    assert again[1] == 1 and again[3]  # the released block, recycled
+    board[0, 2] = 12345  # a stale token (an earlier ring's) frees nothing
+    assert ring.take((2, 3, 4, 4))[1] == -1
