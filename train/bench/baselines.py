@@ -27,9 +27,17 @@ class Baseline:
     not_run: str = ""
 
 
-def pil_transform(res: int):
-    """torchvision's RandomResizedCrop(res) + RandomHorizontalFlip on a PIL image, to a uint8 tensor."""
+def val_resize(res: int) -> int:
+    """The shorter side a ``res`` centre crop is cut from: 256 for 224, the usual ratio."""
+    return max(res, round(res * 256 / 224))
+
+
+def pil_transform(res: int, train: bool = True):
+    """torchvision's RandomResizedCrop(res) + RandomHorizontalFlip (train), or Resize(val_resize(res))
+    + CenterCrop(res) (val), on a PIL image, to a uint8 tensor."""
     import torchvision.transforms as T
+    if not train:
+        return T.Compose([T.Resize(val_resize(res)), T.CenterCrop(res), T.PILToTensor()])
     return T.Compose([T.RandomResizedCrop(res), T.RandomHorizontalFlip(), T.PILToTensor()])
 
 
@@ -75,11 +83,12 @@ def export_image_folder(shards: list[D.Shard], root: Path) -> int:
     return n
 
 
-def baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, workers: int) -> list[Baseline]:
+def baselines(urls: list[str], folder: Path, *, res: int, batch_size: int, workers: int,
+              train: bool = True) -> list[Baseline]:
     """The in-process baselines in table order: ImageFolder over ``folder`` (the images as files),
-    the seed's tarfile dataset and webdataset over the shard ``urls``. (DALI and FFCV run in their
-    own environments: ``peers.py``.)"""
-    tf = pil_transform(res)
+    the seed's tarfile dataset and webdataset over the shard ``urls``; train or val crops. (DALI and
+    FFCV run in their own environments: ``peers.py``.)"""
+    tf = pil_transform(res, train)
     local = all("://" not in u for u in urls)
 
     def image_folder():

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from imagenet_shards.train.bench import peers as P
-from imagenet_shards.train.bench.baselines import baselines, export_image_folder
+from imagenet_shards.train.bench.baselines import baselines, export_image_folder, val_resize
 from imagenet_shards.train.bench.measure import our_stream
 from imagenet_shards.train.bench.timing import BatchStream, summarize, time_stream, wait_until_idle
 from imagenet_shards.train import loader as D
@@ -33,10 +33,13 @@ def _timer(stream: BatchStream) -> Timer:
 
 def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int = 64, decoder: str = "auto",
             res: int = 224, warmup: int = 5, rounds: int = 3, also_decoders: Iterable[str] | None = None,
-            peers: str | None = None, seed: int = 0, progress: Callable[[str], None] | None = None) -> list[dict]:
+            peers: str | None = None, seed: int = 0, progress: Callable[[str], None] | None = None,
+            split: str = "train") -> list[dict]:
     """Rows {name, images_per_s (median of rounds), images_per_s_best, images_per_s_per_worker, images_per_cpu_s,
     speedup (ours / theirs, median wall clock), speedup_cpu (by images per CPU-second), note} on the same
-    images (train split). A row that could not run has None figures and a ``not run: ...`` note.
+    images of ``split``: RandomResizedCrop + flip for train, else the centre crop (resize the shorter
+    side to ``res * 256 / 224``, crop ``res``) for every row. A row that could not run has None
+    figures and a ``not run: ...`` note.
 
     The first row is our loader with ``decoder``; ``also_decoders`` (default: ``pil`` when that is
     not the decoder already) adds our loader with those decoders as rows of their own, so the table
@@ -49,7 +52,8 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
     hit all of them alike. Before each turn the process tree must be idle (``wait_until_idle``;
     the peers are part of the tree): the previous loader's workers finish their prefetching on
     their own time, not the next one's."""
-    shards = D.split_shards(D.read_manifest(data), data, "train")
+    shards = D.split_shards(D.read_manifest(data), data, split)
+    train = split == "train"
     tmp = Path(tempfile.mkdtemp(prefix="bench-loader-"))
     running: list[P.PeerProcess] = []
     try:
@@ -62,14 +66,15 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
         timers: dict[str, Timer] = {}
         notes: dict[str, str] = {}      # rows that did not run: why
         remarks: dict[str, str] = {}    # rows that ran: what to know when reading their figures
-        timers[ours_name] = _timer(our_stream(data, workers=workers, batch_size=batch_size, decoder=decoder,
-                                              res=res)[0])
+        timers[ours_name] = _timer(our_stream(data, split=split, workers=workers, batch_size=batch_size,
+                                              decoder=decoder, res=res)[0])
         also = [d for d in (["pil"] if also_decoders is None else also_decoders) if dec.resolve_decoder(d) != main]
         for d in dict.fromkeys(dec.resolve_decoder(d) for d in also):
-            timers[f"imagenet-shards ({d})"] = _timer(our_stream(data, workers=workers, batch_size=batch_size,
-                                                                 decoder=d, res=res)[0])
+            timers[f"imagenet-shards ({d})"] = _timer(our_stream(data, split=split, workers=workers,
+                                                                 batch_size=batch_size, decoder=d, res=res)[0])
         order = list(timers)
-        for b in baselines([s.url for s in shards], folder, res=res, batch_size=batch_size, workers=workers):
+        for b in baselines([s.url for s in shards], folder, res=res, batch_size=batch_size, workers=workers,
+                           train=train):
             order.append(b.name)
             if b.build is None:
                 notes[b.name] = b.not_run
@@ -79,7 +84,8 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
             except Exception as e:  # an optional extra that is installed but broken must not sink the table
                 notes[b.name] = _failed(e, "to start")
         root = P.peers_dir(peers)
-        setup = dict(folder=str(folder), work=str(tmp), res=res, batch_size=batch_size, workers=workers, seed=seed)
+        setup = dict(folder=str(folder), work=str(tmp), res=res, batch_size=batch_size, workers=workers, seed=seed,
+                     train=train, val_resize=val_resize(res))
         for peer in P.PEERS:
             order.append(peer.name)
             try:

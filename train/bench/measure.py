@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from imagenet_shards.train.bench.baselines import val_resize
 from imagenet_shards.train.bench.timing import BatchStream, summarize, time_stream
 from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import decode as dec
@@ -13,7 +14,7 @@ def our_stream(data: str, *, split: str = "train", workers: int = 1, batch_size:
 
     Val crops (``split`` other than train) resize to ``res * 256 / 224`` and centre-crop ``res``."""
     loader = D.make_loader(data, split, batch_size, workers=workers, res=res, decoder=decoder, val_crop=res,
-                           val_resize=max(res, round(res * 256 / 224)), persistent_workers=workers > 0)
+                           val_resize=val_resize(res), persistent_workers=workers > 0)
 
     def epochs(e):
         loader.set_epoch(e)

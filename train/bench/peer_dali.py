@@ -3,7 +3,8 @@
 
 As shared/peers/README.md asks: ``fn.readers.file`` over the same images as files +
 ``fn.decoders.image_random_crop(device="cpu")`` + ``fn.resize`` + ``fn.crop_mirror_normalize`` (random
-mirror), ``num_threads=workers``, ``device_id=None`` (CPU only). Its output is float CHW, normalized
+mirror); val: ``fn.decoders.image`` + ``fn.resize(resize_shorter=...)`` + a centred
+``crop_mirror_normalize`` crop; ``num_threads=workers``, ``device_id=None`` (CPU only). Its output is float CHW, normalized
 (the row's note says so): more bytes out per image than the uint8 of the other rows.
 """
 
@@ -24,16 +25,21 @@ def build(setup: dict):
     from nvidia.dali import fn, pipeline_def, types
 
     threads, res, batch_size = max(1, setup["workers"]), setup["res"], setup["batch_size"]
+    train = setup.get("train", True)
 
     @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=setup["seed"])
     def pipe():
-        jpegs, labels = fn.readers.file(file_root=setup["folder"], random_shuffle=True, name="reader")
-        images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
-                                               random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
-        images = fn.resize(images, resize_x=res, resize_y=res)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
-                                          mirror=fn.random.coin_flip())
-        return images, labels
+        jpegs, labels = fn.readers.file(file_root=setup["folder"], random_shuffle=train, name="reader")
+        if train:
+            images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                                   random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+            images = fn.resize(images, resize_x=res, resize_y=res)
+            return fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
+                                            mirror=fn.random.coin_flip()), labels
+        images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        images = fn.resize(images, resize_shorter=setup["val_resize"])
+        return fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=MEAN, std=STD,
+                                        crop=(res, res)), labels
 
     p = pipe()
     p.build()

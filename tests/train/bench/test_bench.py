@@ -33,7 +33,7 @@ def no_peers(monkeypatch):
 @pytest.fixture(scope="module")
 def bench_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
-    write_shard_set(root, train=48, shard_samples=16, num_classes=4, content="texture", size=(96, 72))
+    write_shard_set(root, train=48, val=16, shard_samples=16, num_classes=4, content="texture", size=(96, 72))
     return str(root)
 
 
@@ -265,3 +265,19 @@ def test_peer_rows_carry_figures_timed_in_the_peer_and_the_peers_are_ended(bench
 def test_peers_flag_needs_compare(bench_set, capsys):
     assert bench.main([bench_set, "--peers", "/tmp"]) == 2
     assert capsys.readouterr().err.strip() == "error: --peers only matters with --compare"
+
+
+def test_compare_val_gives_everyone_centre_crops(bench_set, capsys):
+    from imagenet_shards.train.bench.baselines import pil_transform, val_resize
+    from PIL import Image
+
+    assert val_resize(224) == 256 and val_resize(16) == 18
+    img = Image.new("RGB", (40, 20))
+    img.paste((255, 0, 0), (10, 0, 30, 20))  # the middle 20 columns are red
+    out = pil_transform(16, train=False)(img)
+    assert tuple(out.shape) == (3, 16, 16) and int(out[0].float().mean()) > 200  # centred: all red
+    rows = _tiny_compare(bench_set, split="val")
+    by = {r["name"]: r for r in rows}
+    assert rows[0]["images_per_s"] > 0 and by["torchvision ImageFolder + PIL"]["images_per_s"] > 0
+    assert bench.main([bench_set, "--compare", "--split", "val", "--workers", "0", "--rounds", "1", *TINY]) == 0
+    assert "torchvision ImageFolder + PIL" in capsys.readouterr().out
