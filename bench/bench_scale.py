@@ -217,6 +217,45 @@ print(json.dumps({{"batches": n, "s": round(time.monotonic() - t0, 1)}}))
 """
 
 
+PLAN_TRACE = """
+import json, resource, sys, tracemalloc
+import scipy.io  # noqa: F401 - imported by the devkit reader; loaded before tracing starts
+from imagenet_shards.pipeline.prepare.config import Config
+from imagenet_shards.pipeline.prepare.plan import plan_splits
+from imagenet_shards.pipeline.prepare.run import index_sources
+src = sys.argv[1]
+tracemalloc.start()
+indexes, classes = index_sources(Config(), train=src + "/ILSVRC2012_img_train.tar",
+                                 val=src + "/ILSVRC2012_img_val.tar", devkit=src + "/ILSVRC2012_devkit_t12.tar.gz")
+n = sum(len(i.members) for i in indexes.values())
+indexed, _ = tracemalloc.get_traced_memory()
+tracemalloc.reset_peak()
+_, _, plans = plan_splits(Config(), {{s: i.members for s, i in indexes.items()}}, classes)
+planned, peak = tracemalloc.get_traced_memory()
+top = tracemalloc.take_snapshot().statistics("lineno")[:{top}]
+del indexes
+after, _ = tracemalloc.get_traced_memory()
+mb = lambda b: round(b / 2**20, 1)
+print(json.dumps({{"members": n, "indexed_mb": mb(indexed), "planned_mb": mb(planned), "plan_peak_mb": mb(peak),
+                  "plan_only_mb": mb(after), "bytes_per_member_indexed": round(indexed / n),
+                  "bytes_per_member_planned": round(planned / n), "bytes_per_sample_plan_only": round(after / n),
+                  "maxrss_mb": mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+                  "top": [f"{{mb(t.size)}} MB {{t.traceback[0].filename.rsplit('/', 3)[-1]}}:{{t.traceback[0].lineno}}"
+                          for t in top]}}))
+"""
+
+
+def trace_plan(src: Path, top: int = 8) -> dict:
+    """Index and plan in one traced process (tracemalloc): Python heap per member after indexing,
+    after planning, and of the plan alone; the largest allocation sites."""
+    t0 = time.monotonic()
+    done = subprocess.run(_py(PLAN_TRACE.format(top=top)) + [str(src)], capture_output=True, text=True)
+    if done.returncode:
+        return {"step": "plan (traced)", "rc": done.returncode, "error": done.stderr[-2000:]}
+    return {"step": "plan (traced)", "rc": 0, "wall_s": round(time.monotonic() - t0, 1),
+            **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
 def run(folder: Path, *, classes: int, train_per_class: int, val_per_class: int, workers: int,
         skip: set[str], batches: int, progress=print) -> dict:
     """Build or reuse the input, then run and measure each step."""
@@ -243,7 +282,8 @@ def run(folder: Path, *, classes: int, train_per_class: int, val_per_class: int,
                              _py(LOADER.format(batch=256, workers=workers, batches=batches)) + [str(out)],
                              folder / "loader.log"))
     manifest = out / "manifest.json"
-    return {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+    traced = trace_plan(src) if "trace" not in skip else None
+    return {"plan_trace": traced, "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
             "python": platform.python_version(), "input": inp, "workers": workers, "steps": steps,
             "manifest_bytes": manifest.stat().st_size if manifest.exists() else None}
 
@@ -267,7 +307,8 @@ def main(argv=None) -> int:
     p.add_argument("--val-per-class", type=int, default=50)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batches", type=int, default=20, help="loader batches (of 256) after the epoch start")
-    p.add_argument("--skip", default="", help="comma-separated steps to leave out: audit, loader")
+    p.add_argument("--skip", default="", help="comma-separated steps to leave out: audit, loader, trace (the "
+                   "tracemalloc run of index + plan)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
     if args.classes > 1000 or min(args.classes, args.train_per_class, args.val_per_class) < 1:
@@ -277,7 +318,17 @@ def main(argv=None) -> int:
     result = run(args.folder, classes=args.classes, train_per_class=args.train_per_class,
                  val_per_class=args.val_per_class, workers=args.workers,
                  skip={s for s in args.skip.split(",") if s}, batches=args.batches, progress=say)
-    print(json.dumps(result, indent=1) if args.json else table(result))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(table(result))
+        t = result["plan_trace"]
+        if t and t["rc"] == 0:
+            print(f"\nplan, traced (Python heap): {t['members']:,} members; {t['indexed_mb']} MB after indexing "
+                  f"({t['bytes_per_member_indexed']} B/member), {t['planned_mb']} MB with the plan (peak "
+                  f"{t['plan_peak_mb']} MB), {t['plan_only_mb']} MB for the plan alone "
+                  f"({t['bytes_per_sample_plan_only']} B/sample)")
+            print("largest sites: " + "; ".join(t["top"]))
     return 0 if all(s["rc"] == 0 for s in result["steps"]) else 1
 
 
