@@ -1,13 +1,13 @@
 """The full-size run: prepare-shards, audit-shards and a loader epoch start on ImageNet's sample counts.
 
     python bench/bench_scale.py FOLDER [--classes 1000 --train-per-class 1300 --val-per-class 50]
-                                       [--workers 2] [--skip audit,loader] [--json]
+                                       [--workers 2] [--skip audit,loader] [--trace] [--json]
 
 What grows with the number of samples (the plan's per-sample records, the shard records, the
 manifest's lists) only shows at full size, so this runs the real commands on ImageNet's counts:
-1000 classes x 1300 train images (1.3 M) + 50,000 val images. The images are tiny (48-80 px JPEGs,
-~2 KB; 0.1 % grayscale, listed as fixes; a few truncated, rejected), so the archives are ~3.5 GB
-and the run measures per-sample state, not image work. The input (FOLDER/input: the three real
+1000 classes x 1300 train images (1.3 M) + 50,000 val images. The images are tiny (72-120 px JPEGs,
+~1.7 KB, ~2.5 KB as a tar member; 0.1 % grayscale, listed as fixes; a few truncated, rejected), so
+the archives are ~3.4 GB and the run measures per-sample state, not image work. The input (FOLDER/input: the three real
 archive forms, train tar of class tars, flat val tar, devkit) is written once and reused while its
 arguments match (FOLDER/input/input.json); each run writes FOLDER/out afresh.
 
@@ -51,10 +51,10 @@ TRUNCATED = 7  # images cut mid-scan: rejected (truncated)
 # ----------------------------------------------------------------------------- the input
 
 def tiny_jpeg(rng: np.random.Generator, hue: np.ndarray, gray: bool, quality: int) -> bytes:
-    """A small unique JPEG: a class-coloured 6x4 random field upscaled to 48..80 px (a few KB)."""
-    w = int(rng.integers(48, 81))
+    """A small unique JPEG: a class-coloured 8x6 random field upscaled to 72..120 px wide (~1.7 KB)."""
+    w = int(rng.integers(72, 121))
     h = int(w * rng.uniform(0.6, 1.0))
-    field = np.clip(hue + rng.normal(0, 40, size=(4, 6, 3)), 0, 255).astype(np.uint8)
+    field = np.clip(hue + rng.normal(0, 40, size=(6, 8, 3)), 0, 255).astype(np.uint8)
     img = Image.fromarray(field, "RGB").resize((w, h), Image.BILINEAR)
     if gray:
         img = img.convert("L")
@@ -257,7 +257,7 @@ def trace_plan(src: Path, top: int = 8) -> dict:
 
 
 def run(folder: Path, *, classes: int, train_per_class: int, val_per_class: int, workers: int,
-        skip: set[str], batches: int, progress=print) -> dict:
+        skip: set[str], batches: int, trace: bool = False, progress=print) -> dict:
     """Build or reuse the input, then run and measure each step."""
     inp = build_input(folder / "input", classes=classes, train_per_class=train_per_class,
                       val_per_class=val_per_class, progress=progress)
@@ -282,7 +282,7 @@ def run(folder: Path, *, classes: int, train_per_class: int, val_per_class: int,
                              _py(LOADER.format(batch=256, workers=workers, batches=batches)) + [str(out)],
                              folder / "loader.log"))
     manifest = out / "manifest.json"
-    traced = trace_plan(src) if "trace" not in skip else None
+    traced = trace_plan(src) if trace else None
     return {"plan_trace": traced, "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
             "python": platform.python_version(), "input": inp, "workers": workers, "steps": steps,
             "manifest_bytes": manifest.stat().st_size if manifest.exists() else None}
@@ -307,8 +307,9 @@ def main(argv=None) -> int:
     p.add_argument("--val-per-class", type=int, default=50)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batches", type=int, default=20, help="loader batches (of 256) after the epoch start")
-    p.add_argument("--skip", default="", help="comma-separated steps to leave out: audit, loader, trace (the "
-                   "tracemalloc run of index + plan)")
+    p.add_argument("--skip", default="", help="comma-separated steps to leave out: audit, loader")
+    p.add_argument("--trace", action="store_true", help="also index + plan once under tracemalloc: Python heap "
+                   "per member and the largest sites (slow: ~4 min and ~4.7 GB at full size)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
     if args.classes > 1000 or min(args.classes, args.train_per_class, args.val_per_class) < 1:
@@ -317,7 +318,7 @@ def main(argv=None) -> int:
     say = (lambda m: print(m, file=sys.stderr, flush=True))
     result = run(args.folder, classes=args.classes, train_per_class=args.train_per_class,
                  val_per_class=args.val_per_class, workers=args.workers,
-                 skip={s for s in args.skip.split(",") if s}, batches=args.batches, progress=say)
+                 skip={s for s in args.skip.split(",") if s}, batches=args.batches, trace=args.trace, progress=say)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
