@@ -2,8 +2,9 @@
 shard records in OUT/_prepare/records (after a run, or after the --part runs of several machines).
 
 The records are read a few at a time and handed to `format.manifest.build_manifest` one by one, so
-the memory this takes is the manifest's own lists (rejected, skipped, the listed fixes), not
-~1,300 records: at ImageNet's size, holding them all was ~0.4 GB (issue 12, `bench/bench_scale.py`).
+the memory this takes is the manifest's own lists (rejected, skipped, the listed fixes), not all
+~1,350 records at once: at ImageNet's size those were part of the 2.7 GB that prepare-shards once
+peaked at (docs/benchmarks.md, "Full-size run: memory").
 """
 
 from __future__ import annotations

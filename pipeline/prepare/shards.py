@@ -7,7 +7,7 @@ record (counts, hash, rejects, fixes) is what the manifest is assembled from.
 The tar is written with the standard library's ``tarfile``, the way ``webdataset.TarWriter`` writes
 it (stream mode, members of a sample in sorted extension order, the default PAX format, fixed
 mtime/mode/owner), so the bytes are the same; importing webdataset would import torch, which cost
-each prepare process ~490 MB of RSS and ~1.4 s of start-up (measured, issue 12) for a tar writer.
+each prepare process ~470 MB of RSS and 1.4-2.4 s of start-up (measured, issue 12) for a tar writer.
 The record lists the samples whose fixes the manifest lists (``fixed``) and only counts the others
 (``fix_counts``: every fix of the shard): per-sample entries for policy-wide steps (``resized``,
 ``restart_markers``) would be one per image, ~1.3 M entries held by the process that assembles
