@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from imagenet_shards.pipeline import __version__, storage
 
@@ -38,30 +38,44 @@ def write_json_atomic(path: str, obj) -> None:
     storage.write_bytes(path, dumps(obj).encode("utf-8"))
 
 
-def build_manifest(state: dict, records: dict[str, list[dict]]) -> dict:
-    """Assemble the manifest from the run state (config, sources, classes, plan-time rejects) and shard records."""
+def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
+    """Assemble the manifest from the run state (config, sources, classes, plan-time rejects) and shard records.
+
+    ``records``: per split, its shard records in index order; each is read once and not kept, so an
+    iterator that reads them one by one keeps one record in memory at a time. A record's
+    ``fix_counts`` counts its fixes and its ``fixed`` lists only the samples the manifest lists;
+    records written before ``fix_counts`` existed list every fixed sample and are counted here."""
     splits, rejected, skipped, fix_samples = {}, [], [], []
     fix_counts: Counter = Counter()
     for split, split_state in sorted(state["splits"].items()):
-        recs = sorted(records[split], key=lambda r: r["index"])
-        split_rejected = list(split_state["plan_rejected"]) + [x for r in recs for x in r["rejected"]]
-        split_skipped = list(split_state.get("plan_skipped", [])) + [x for r in recs for x in r["skipped"]]
+        split_rejected = list(split_state["plan_rejected"])
+        split_skipped = list(split_state.get("plan_skipped", []))
         class_counts: Counter = Counter()
-        for r in recs:
+        shards, last = [], -1
+        for r in records[split]:
+            if r["index"] <= last:
+                raise ValueError(f"{split} shard records out of order: {r['index']} after {last}")
+            last = r["index"]
+            split_rejected += r["rejected"]
+            split_skipped += r["skipped"]
             class_counts.update(r["class_counts"])
+            if "fix_counts" in r:
+                fix_counts.update(r["fix_counts"])
             for f in r["fixed"]:
-                fix_counts.update(f["fixes"])
+                if "fix_counts" not in r:
+                    fix_counts.update(f["fixes"])
                 if any(x not in COUNTED_ONLY for x in f["fixes"]):
                     fix_samples.append(f)
-        num_samples = sum(r["num_samples"] for r in recs)
+            shards.append({k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")})
+        num_samples = sum(sh["num_samples"] for sh in shards)
         entry = {
             "num_samples": num_samples,
-            "num_shards": len(recs),
+            "num_shards": len(shards),
             "images_in": split_state["images_in"],
             "num_rejected": len(split_rejected),
             "num_skipped": len(split_skipped),
             "class_counts": dict(sorted(class_counts.items())),
-            "shards": [{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")} for r in recs],
+            "shards": shards,
         }
         if "excluded_by_subset" in split_state:
             entry["excluded_by_subset"] = split_state["excluded_by_subset"]

@@ -19,19 +19,15 @@ from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.classes import wnid_names
-from imagenet_shards.pipeline.format.manifest import build_manifest, write_outputs
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
+from imagenet_shards.pipeline.prepare.finalize import PrepareError, finalize, summarize
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
 from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_splits
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, index_split,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
 from imagenet_shards.pipeline.prepare.spill import spill
 from imagenet_shards.pipeline.prepare.subset import SubsetError
-
-
-class PrepareError(Exception):
-    """The job cannot run as asked; the message is one actionable line."""
 
 
 def local_sources(**sources) -> dict:
@@ -262,8 +258,20 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, tes
         outdir.close()
 
 
-def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config: Config, workers, part, overwrite,
-         verify_existing, progress) -> dict:
+def _run(outdir, t0: float, *, out, part, **job) -> dict:
+    summary, missing = _build_part(outdir, t0, out=out, part=part, **job)
+    if not missing:  # the plan is gone by now: the manifest is assembled from the records alone
+        manifest = finalize(out)
+        summary.update(summarize(manifest))
+    else:
+        summary.update({"complete": False, "shards_missing": len(missing),
+                        "parts_missing": sorted({n % part[1] for n in missing})})
+    return summary
+
+
+def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config: Config, workers, part,
+                overwrite, verify_existing, progress) -> tuple[dict, list[int]]:
+    """Index, plan and build this part's shards; (summary, global numbers of the shards not done yet)."""
     try:
         indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels,
                                          test=test)
@@ -281,36 +289,34 @@ def _run(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config
         "splits": {s: _split_state(indexes[s], p, config.subset) for s, p in plans.items()},
     }
     _open_out(outdir, state, overwrite)
+    sequential = {m.path: idx.kind for idx in indexes.values() if idx.kind in SEQUENTIAL_KINDS for m in idx.members}
+    del indexes, state  # the members live on in the plan's samples only: less for the workers to inherit
     all_specs = [spec for s in config.splits for spec in plans[s].shards]
+    del plans
     mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
     try:
         records = outdir.load_records(mine, verify_existing)
     except OSError as e:
         raise PrepareError(f"cannot check what {outdir.where} already holds: {storage.redact(e)}") from None
     pending = [spec for spec in mine if (spec.split, spec.index) not in records]
+    reused = len(mine) - len(pending)
+    del records, mine
     outdir.clean_stale(pending)  # temp files left by a killed run
-    sequential = {m.path: idx.kind for idx in indexes.values() if idx.kind in SEQUENTIAL_KINDS for m in idx.members}
-    done_images = _build(outdir, pending, config, workers, records, progress, sequential)
+    done_images = _build(outdir, pending, config, workers, progress, sequential)
     done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
     summary = {"out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
-               "shards_reused": len(mine) - len(pending), "images_processed": done_images,
+               "shards_reused": reused, "images_processed": done_images,
                "wall_s": round(time.monotonic() - t0, 3)}
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
-    if not missing:
-        manifest = finalize(out)
-        summary.update(summarize(manifest))
-    else:
-        summary.update({"complete": False, "shards_missing": len(missing),
-                        "parts_missing": sorted({n % part[1] for n in missing})})
-    return summary
+    return summary, missing
 
 
-def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, records: dict,
-           progress: bool, sequential: dict[str, str]) -> int:
+def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, progress: bool,
+           sequential: dict[str, str]) -> int:
     """Build the pending shards in worker processes (each builds, and for a remote OUT uploads and
-    checks, whole shards); the main process writes each record as its shard is done.
+    checks, whole shards); the main process writes each record as its shard is done (and keeps none).
 
     ``sequential``: files that cannot be read by offset (path -> kind); their planned members are
     first copied into per-shard buckets (``spill``), removed again when the shards are built."""
@@ -335,7 +341,6 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, r
     try:
         for _, rec in run_jobs(out.build, [(sp, policy) for sp in pending], workers=workers):
             out.write_json(record_rel(rec["split"], rec["index"]), rec)
-            records[(rec["split"], rec["index"])] = rec
             rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
             bar = bars[rec["split"]]
             bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
@@ -345,53 +350,6 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, r
             b.close()
     shutil.rmtree(spill_dir, ignore_errors=True)
     return sum(totals.values())
-
-
-def finalize(out: str) -> dict:
-    """Assemble manifest.json, _info.json and the wids indexes once every shard has its record."""
-    try:
-        outdir = open_outdir(out)
-    except ValueError as e:
-        raise PrepareError(str(e)) from None
-    try:
-        try:
-            state = outdir.read_json(STATE)
-        except (FileNotFoundError, NotADirectoryError):
-            raise PrepareError(f"{storage.redact(out)} has no {STATE}: run prepare-shards into it first") from None
-        wanted = [(split, i) for split in state["config"]["splits"]
-                  for i in range(state["splits"][split]["num_shards"])]
-        found = outdir.read_jsons([record_rel(split, i) for split, i in wanted])
-        records = {split: [] for split in state["config"]["splits"]}
-        missing = []
-        for n, ((split, i), rec) in enumerate(zip(wanted, found)):
-            if rec is None:
-                missing.append((n, f"{split}/{i:06d}"))
-            else:
-                records[split].append(rec)
-        n = len(wanted)
-        if missing:
-            raise PrepareError(f"{len(missing)} of {n} shards are not done yet (first: {missing[0][1]}, global "
-                               f"shard number {missing[0][0]}; with --part I/N that is part {missing[0][0]} mod "
-                               "N); run the missing parts, then finalize again")
-        outdir.clean_tmp_json()
-        manifest = build_manifest(state, records)
-        write_outputs(out, manifest)
-        return manifest
-    except OSError as e:
-        raise PrepareError(f"cannot finalize {storage.redact(out)}: {storage.redact(e)}") from None
-
-
-def summarize(manifest: dict) -> dict:
-    """The summary numbers of a finished job (what the CLI prints), from its manifest."""
-    t = manifest["totals"]
-    return {"complete": True, "samples": t["samples"], "shards": t["shards"], "bytes": t["bytes"],
-            "images_in": t["images_in"],
-            "rejected_by_reason": dict(Counter(r["reason"] for r in manifest["rejected"] + manifest["skipped"])),
-            "fixed_by_kind": manifest["fixed"]["counts"],
-            "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
-                           "skipped": v["num_skipped"], "images_in": v["images_in"],
-                           **({"excluded_by_subset": v["excluded_by_subset"]} if "excluded_by_subset" in v else {})}
-                       for s, v in manifest["splits"].items()}}
 
 
 __all__ = ["Config", "PrepareError", "finalize", "parse_part", "prepare", "state_differences", "summarize"]

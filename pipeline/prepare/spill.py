@@ -57,7 +57,7 @@ def spill(specs: list[ShardSpec], kinds: dict[str, str], folder: str, *, workers
                 if size != s.size:
                     raise SourceError(f"{s.source}: {size} bytes now, {s.size} when indexed; the file changed "
                                       "during the run")
-                s = dataclasses.replace(s, path=bucket, offset=offset)
+                s = dataclasses.replace(s, member=dataclasses.replace(s.member, path=bucket, offset=offset))
             samples.append(s)
         out.append(ShardSpec(spec.split, spec.index, samples))
     return out

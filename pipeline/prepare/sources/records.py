@@ -23,7 +23,7 @@ class SourceError(Exception):
     """A source cannot be used as given; the message says what to do."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: ~1.3 M of these at ImageNet's size (no __dict__ each)
 class Member:
     """One file inside a source: `path` is the file on disk that holds its bytes at [offset, offset+size)."""
 
@@ -36,7 +36,7 @@ class Member:
     source: str  # human-readable location, e.g. "n01440764.tar/n01440764_10026.JPEG"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unusable:
     """A member found while indexing that cannot become a sample; recorded in the manifest."""
 

@@ -1,0 +1,77 @@
+"""The last step of prepare-shards: assemble manifest.json, _info.json and the wids indexes from the
+shard records in OUT/_prepare/records (after a run, or after the --part runs of several machines).
+
+The records are read a few at a time and handed to `format.manifest.build_manifest` one by one, so
+the memory this takes is the manifest's own lists (rejected, skipped, the listed fixes), not all
+~1,350 records at once: at ImageNet's size those were part of the 2.7 GB that prepare-shards once
+peaked at (docs/benchmarks.md, "Full-size run: memory").
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import Counter
+
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.manifest import build_manifest, write_outputs
+from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_rel
+
+
+class PrepareError(Exception):
+    """The job cannot run as asked; the message is one actionable line."""
+
+
+def finalize(out: str) -> dict:
+    """Assemble manifest.json, _info.json and the wids indexes once every shard has its record."""
+    try:
+        outdir = open_outdir(out)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    try:
+        try:
+            state = outdir.read_json(STATE)
+        except (FileNotFoundError, NotADirectoryError):
+            raise PrepareError(f"{storage.redact(out)} has no {STATE}: run prepare-shards into it first") from None
+        wanted = [(split, i) for split in state["config"]["splits"]
+                  for i in range(state["splits"][split]["num_shards"])]
+        done = outdir.record_names()
+        missing = [(n, f"{split}/{i:06d}") for n, (split, i) in enumerate(wanted)
+                   if posixpath.basename(record_rel(split, i)) not in done]
+        n = len(wanted)
+        if missing:
+            raise PrepareError(f"{len(missing)} of {n} shards are not done yet (first: {missing[0][1]}, global "
+                               f"shard number {missing[0][0]}; with --part I/N that is part {missing[0][0]} mod "
+                               "N); run the missing parts, then finalize again")
+        outdir.clean_tmp_json()
+        records = {split: _read_records(outdir, split, state["splits"][split]["num_shards"])
+                   for split in state["config"]["splits"]}
+        manifest = build_manifest(state, records)
+        write_outputs(out, manifest)
+        return manifest
+    except OSError as e:
+        raise PrepareError(f"cannot finalize {storage.redact(out)}: {storage.redact(e)}") from None
+
+
+def _read_records(outdir, split: str, num_shards: int, chunk: int = 64):
+    """The split's shard records in index order, read `chunk` at a time (concurrently where OUT is
+    remote) and handed on one by one: ~1,300 records are never all in memory at once."""
+    for start in range(0, num_shards, chunk):
+        stop = min(num_shards, start + chunk)
+        for i, rec in zip(range(start, stop), outdir.read_jsons([record_rel(split, i) for i in range(start, stop)])):
+            if rec is None:
+                raise PrepareError(f"the record of shard {split}/{i:06d} is unreadable; rerun prepare-shards into "
+                                   "this OUT (it rebuilds that shard), then finalize again")
+            yield rec
+
+
+def summarize(manifest: dict) -> dict:
+    """The summary numbers of a finished job (what the CLI prints), from its manifest."""
+    t = manifest["totals"]
+    return {"complete": True, "samples": t["samples"], "shards": t["shards"], "bytes": t["bytes"],
+            "images_in": t["images_in"],
+            "rejected_by_reason": dict(Counter(r["reason"] for r in manifest["rejected"] + manifest["skipped"])),
+            "fixed_by_kind": manifest["fixed"]["counts"],
+            "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
+                           "skipped": v["num_skipped"], "images_in": v["images_in"],
+                           **({"excluded_by_subset": v["excluded_by_subset"]} if "excluded_by_subset" in v else {})}
+                       for s, v in manifest["splits"].items()}}
