@@ -5,7 +5,7 @@ install libjpeg-dev``), and both are optional: if one cannot be built the instal
 - ``imagenet_shards.train.loader._jpegcrop``: the ``turbo`` decoder (docs/loader.md); without it
   ``decoder="auto"`` uses Pillow.
 - ``imagenet_shards.pipeline.prepare._jpegtran``: prepare-shards' lossless rewrite of pass-through
-  JPEGs with a restart marker per MCU row (docs/format.md); without it they pass through byte for
+  JPEGs with restart markers on a grid of ~64 px cells (docs/format.md); without it they pass through byte for
   byte, and prepare-shards says so.
 """
 
