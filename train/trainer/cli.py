@@ -4,7 +4,10 @@ Single process:  train-imagenet --data DATA --out RUN_DIR [options]
 DDP:             torchrun --nproc_per_node=8 -m imagenet_shards.train --data DATA --out RUN_DIR [options]
 URLs: only --data takes a URL (s3://, gs://, http(s)://, ...). --out, --cache-dir, --weights and
 --resume PATH are local paths; a URL there is refused (exit 2) rather than taken as a folder name.
-Exit codes: 0 done, 2 the run could not start or continue (the message says why).
+Exit codes: 0 done, 2 the run could not start or continue (the message says why); 143, 138, 130
+stopped by SIGTERM, SIGUSR1, SIGINT (128 + the signal): during training after writing a checkpoint,
+and a line says how to resume (the same command with --resume auto). See docs/training.md,
+"Preemption and requeue".
 """
 
 from __future__ import annotations
@@ -61,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop-after-epochs", type=_positive_int, metavar="N",
                    help="stop after N epochs in this invocation (the schedule still spans --epochs); "
                         "continue later with --resume auto")
+    g.add_argument("--checkpoint-every", metavar="DURATION",
+                   help="also write RUN_DIR/checkpoint-mid.pt mid-epoch every DURATION: 30m, 1.5h, 90s, 2000steps, "
+                        "or both (30m,2000steps). Signals (SIGTERM, SIGUSR1, SIGINT) always write one; "
+                        "--resume auto takes the newest")
+    g.add_argument("--stop-check-every", type=_positive_int, default=8, metavar="STEPS",
+                   help="under DDP, steps between the ranks' agreements on a pending stop (default 8: a stop "
+                        "comes within 16 steps of the signal; each agreement is one async all-reduce of two "
+                        "numbers on the CPU)")
     g.add_argument("--eval-only", action="store_true", help="evaluate --weights or --resume and exit")
     g.add_argument("--weights", metavar="FILE",
                    help="initial weights: a state dict or one of our checkpoints (a local path)")
@@ -127,13 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
     from imagenet_shards.train.trainer.config import TrainConfig, TrainError
+    from imagenet_shards.train.trainer.lifecycle import Interrupted, Stopped
     from imagenet_shards.train.trainer.run import train
+    rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
     try:
         train(TrainConfig(**vars(args)))
     except TrainError as e:
-        rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
         print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
         return 2
+    except (Stopped, Interrupted) as e:  # one line per node (local rank 0), the signal's exit code on every rank
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(str(e), file=sys.stderr, flush=True)
+        return e.code
     finally:
         shutdown_distributed()
     return 0

@@ -82,6 +82,8 @@ class TrainConfig:
     cache_dir: str | None = None             # local LRU copy of remote shards (loader/cache.py)
     cache_size: int | None = None            # its cap in bytes (None: 90% of that disk)
     storage_option: list = field(default_factory=list)  # KEY=VALUE for the --data URL; saved as keys only
+    checkpoint_every: str | None = None      # mid-epoch checkpoints: "30m", "2000steps", "30m,2000steps"
+    stop_check_every: int = 8                # steps between the ranks' agreements on a stop (lifecycle.py)
 
 
 def default_warmup(epochs: int) -> float:
@@ -140,3 +142,15 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
                          f"drop one of them")
     if config.workers is not None and config.workers < 0:
         raise TrainError(f"--workers must be >= 0, got {config.workers}")
+    if config.checkpoint_every:
+        from imagenet_shards.train.trainer.lifecycle import parse_every
+        try:
+            parse_every(config.checkpoint_every)
+        except ValueError as e:
+            raise TrainError(str(e)) from None
+        if config.gpu_decode or config.synthetic_data:
+            flag = "--gpu-decode" if config.gpu_decode else "--synthetic-data"
+            raise TrainError(f"--checkpoint-every needs the CPU loader's position; {flag} runs checkpoint at "
+                             f"epoch ends only (drop one of them)")
+    if config.stop_check_every < 1:
+        raise TrainError(f"--stop-check-every must be >= 1, got {config.stop_check_every}")
