@@ -154,7 +154,12 @@ class ShardLoader:
         if workers > 0:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
                       worker_init_fn=quiet_worker)
-        self._loader = DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory, **kw)
+        # A generator of its own: the DataLoader draws a seed from it at every iteration start, which
+        # would otherwise come from torch's global generator and shift the model's dropout masks by
+        # however many times a loader was iterated (a resumed run iterates the epoch it resumes once more).
+        generator = torch.Generator().manual_seed(dataset.seed)
+        self._loader = DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory,
+                                  generator=generator, **kw)
         self._releaser = Releaser(dataset.board)
         self.stats: dict = {}
         self._warned = 0

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
     from imagenet_shards.train.trainer.config import TrainConfig, TrainError
-    from imagenet_shards.train.trainer.lifecycle import Interrupted, Stopped
+    from imagenet_shards.train.trainer.lifecycle import Stopped
     from imagenet_shards.train.trainer.run import train
     rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
     try:
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except TrainError as e:
         print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
         return 2
-    except (Stopped, Interrupted) as e:  # one line per node (local rank 0), the signal's exit code on every rank
+    except Stopped as e:  # one line per node (local rank 0), the signal's exit code on every rank
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(str(e), file=sys.stderr, flush=True)
         return e.code

@@ -9,7 +9,7 @@ a `Decision` to write a mid-epoch checkpoint and maybe stop. Everything else liv
   `Stopped` (exit code 128 + the signal's number, one line saying how to resume). Further signals
   are only noted, so nothing, a checkpoint being written included, is cut short by them (torchrun
   forwards the SIGINT a terminal already sent every process: two arrive for one Ctrl-C). Outside
-  training (start-up, before the first step) a signal ends the run at once with `Interrupted`.
+  training (start-up) the command's own policy applies: the run stops at once.
 * **Agreement without a per-step sync.** Every `agree_every` steps (global step count, the same on
   every rank) each rank contributes (its signal's number or 0, checkpoint due?) to one max-reduce of
   two int64 on a gloo group of its own (CPU, never the GPU stream), issued asynchronously and read at
@@ -65,15 +65,6 @@ def parse_every(text: str) -> tuple[int | None, float | None]:
     return steps, seconds
 
 
-class Interrupted(Exception):
-    """A signal before training started: nothing to save. `code` is the exit code."""
-
-    def __init__(self, name: str):
-        super().__init__(f"interrupted by {name} before the first step: nothing to save; run the same command "
-                         f"again to start")
-        self.name, self.code = name, exit_code(name)
-
-
 class Stopped(Exception):
     """The run stopped on a signal after writing a checkpoint; the message says how to resume."""
 
@@ -89,8 +80,8 @@ class Decision:
 
 
 class Lifecycle:
-    """Signals, periodic checkpoints and stop decisions of one run (a context manager: installs the
-    signal handlers, restores them on exit)."""
+    """Signals, periodic checkpoints and stop decisions of one run (a context manager: on exit it
+    waits for an agreement still in flight). `deferred()` is where signals are its own."""
 
     def __init__(self, info: DistInfo, *, every_steps: int | None = None, every_seconds: float | None = None,
                  agree_every: int = DEFAULT_AGREE_EVERY, clock=time.monotonic, announce=None):
@@ -101,52 +92,44 @@ class Lifecycle:
         self.announce = announce if announce is not None else info.local_rank == 0
         self.signal: str | None = None   # the first signal received
         self.extra = 0                   # signals after it (only noted)
-        self._deferred = False
         self._last_save = clock()
         self._work = None
         self._flags = torch.zeros(2, dtype=torch.int64)
         self._group = dist.new_group(backend="gloo") if info.distributed else None
-        self._previous: dict = {}
 
     # ------------------------------------------------------------------ signals
 
     def __enter__(self) -> "Lifecycle":
-        for name in SIGNALS:
-            if hasattr(signal, name):
-                self._previous[name] = signal.signal(getattr(signal, name), self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
-        for name, handler in self._previous.items():
-            signal.signal(getattr(signal, name), handler)
-        self._previous = {}
         if self._work is not None:
             with contextlib.suppress(Exception):
                 self._work.wait()
             self._work = None
 
     def _handle(self, signum, frame) -> None:
-        name = signal.Signals(signum).name
         if self.signal is not None:
             self.extra += 1
             return
-        if not self._deferred:
-            self.signal = name
-            raise Interrupted(name)
-        self.signal = name
+        self.signal = signal.Signals(signum).name
         if self.announce:
             within = 1 if not self.info.distributed else 2 * self.agree_every
-            tqdm.write(f"{name} received: finishing the current step, then stopping within {within} step(s) with a "
-                       f"checkpoint (further signals are ignored; SIGKILL abandons it)", file=sys.stderr)
+            tqdm.write(f"{self.signal} received: finishing the current step, then stopping within {within} step(s) "
+                       f"with a checkpoint (further signals are ignored; SIGKILL abandons it)", file=sys.stderr)
 
     @contextlib.contextmanager
     def deferred(self):
-        """Inside: a signal sets the stop flag (checked by `after_step`, `at_epoch_end`)."""
-        before, self._deferred = self._deferred, True
+        """Inside (training, its evaluations and checkpoints): a signal only sets the stop flag that
+        `after_step` and `at_epoch_end` read. Outside, signals do what the command's own policy says
+        (stop at once)."""
+        previous = {name: signal.signal(getattr(signal, name), self._handle) for name in SIGNALS
+                    if hasattr(signal, name)}
         try:
             yield self
         finally:
-            self._deferred = before
+            for name, handler in previous.items():
+                signal.signal(getattr(signal, name), handler)
 
     @property
     def code(self) -> int:

@@ -79,6 +79,15 @@ def _loader_stats(loader, batches: int) -> dict:
     return {k: stats[k] for k in LOADER_STATS if k in stats}
 
 
+def _stopped(metrics: MetricsLog, life: Lifecycle, *, epoch: int, epoch_step: int, step: int, cost: dict | None,
+             **kw) -> Stopped:
+    """The `Stopped` a signal ends the run with, and its `stopped` record (what a requeue script reads)."""
+    line = midepoch.stop_line(life.signal, epoch=epoch, epoch_step=epoch_step, step=step, cost=cost, **kw)
+    metrics.log("stopped", signal=life.signal, exit_code=life.code, epoch=epoch, epoch_step=epoch_step, step=step,
+                checkpoint=cost["path"] if cost else None, line=line)
+    return Stopped(line, life.code)
+
+
 def train(config: TrainConfig) -> dict:
     """Run training (or evaluation) as configured; returns the last epoch's metrics plus
     `weights_sha256` and, when a ceiling is known, `loader_efficiency`.
@@ -181,9 +190,9 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
     if state is not None and not config.eval_only:
         resumed = {"from": str(state_path), "epoch": int(state["epoch"]), "epoch_step": epoch_step, "step": step,
                    **resumed}
-        if info.is_main:  # the killed run's records past this point are replaced by this run's
-            resumed["superseded_records"] = supersede(out, step)
-    metrics = MetricsLog(out, enabled=info.is_main, purge_step=step if state is not None else None)
+        if info.is_main:  # the killed run's records past the checkpoint (its step numbers) are replaced
+            resumed["superseded_records"] = supersede(out, int(state["step"]))
+    metrics = MetricsLog(out, enabled=info.is_main, purge_step=int(state["step"]) if state is not None else None)
     cores_per_rank = max(1, host.usable_cores() // max(1, info.local_world_size))
     metrics.log("start", workers=config.workers, world_size=info.world_size, cores_per_rank=cores_per_rank,
                 batch_size=config.batch_size, arch=config.arch, device=info.device.type,
@@ -240,10 +249,9 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                         epoch_step=first_step, sums=sums, lifecycle=life, checkpoint=save_mid)
                 step += last.steps
                 if last.stopped:
-                    raise Stopped(midepoch.stop_line(
-                        life.signal, epoch=epoch, epoch_step=first_step + last.steps,
-                        steps_per_epoch=parts.steps_per_epoch, step=step, cost=saved[-1] if saved else None,
-                        mid_supported=midepoch.supports_positions(parts.train_loader), out=out), life.code)
+                    raise _stopped(metrics, life, epoch=epoch, epoch_step=first_step + last.steps, step=step,
+                                   cost=saved[-1] if saved else None, mid_supported=midepoch.supports_positions(
+                                       parts.train_loader), steps_per_epoch=parts.steps_per_epoch, out=out)
                 loader = _loader_stats(parts.train_loader, last.steps)
                 average_buffers(info, parts.raw)
                 if parts.ema is not None:
@@ -268,9 +276,8 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                     if cost is not None:
                         metrics.log("checkpoint", at="epoch_end", epoch=epoch + 1, epoch_step=0, step=step, **cost)
                 if life.at_epoch_end() and epoch + 1 < end_epoch:
-                    raise Stopped(midepoch.stop_line(life.signal, epoch=epoch + 1, epoch_step=0,
-                                                     steps_per_epoch=parts.steps_per_epoch, step=step, cost=cost,
-                                                     mid_supported=True, out=out), life.code)
+                    raise _stopped(metrics, life, epoch=epoch + 1, epoch_step=0, step=step, cost=cost,
+                                   mid_supported=True, steps_per_epoch=parts.steps_per_epoch, out=out)
         result["weights_sha256"] = ckpt.state_dict_sha256(parts.raw)
         if last is not None:
             result.update(ceiling.report_efficiency(config, info, parts, last, res=res, step=step, dtype=dtype,
