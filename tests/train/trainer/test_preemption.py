@@ -10,7 +10,7 @@ and small checkpoints (18 MB).
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import random
 import signal
@@ -78,9 +78,10 @@ def _run(tmp: Path, ranks: int, args: list, timeout: float = 400) -> str:
 
 
 def _interrupt(tmp: Path, ranks: int, args: list, out_dir: Path, *, at_step: int, sig=signal.SIGTERM,
-               target=None, after_checkpoint: bool = False) -> str:
+               target=None, after_checkpoint: bool = False, times: int = 1) -> str:
     """Start a run, wait until rank 0 logged global step `at_step` (and, with `after_checkpoint`, a
-    mid-epoch checkpoint before it), then send `sig` to `target` (a pid; default the launcher)."""
+    mid-epoch checkpoint before it), then send `sig` to `target` (a pid; default the launcher),
+    `times` times 0.1 s apart."""
     proc = _launch(tmp, ranks, args)
     deadline = time.monotonic() + 400
     try:
@@ -92,7 +93,11 @@ def _interrupt(tmp: Path, ranks: int, args: list, out_dir: Path, *, at_step: int
                 break
             time.sleep(0.02)
         assert proc.poll() is None, "the run ended before the signal"
-        os.kill(target() if callable(target) else proc.pid, sig)
+        pid = target() if callable(target) else proc.pid
+        for i in range(times):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            time.sleep(0.1 if i + 1 < times else 0)
         out, _ = proc.communicate(timeout=200)
     finally:
         if proc.poll() is None:
@@ -236,18 +241,21 @@ def test_checkpoint_every_and_the_lifecycle_decisions():
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_ddp_two_workers_signal_to_one_rank_only(shards, tmp_path):
-    """2 ranks x 2 loader workers; SIGTERM to rank 1 alone (as when only one node is reclaimed): the
-    agreement stops rank 0 at the same step, both exit 143, and the resumed run is bit-identical."""
+    """2 ranks x 2 loader workers, time-based checkpoints; SIGTERM three times to rank 1 alone (as
+    when only one node is reclaimed, and a second signal during the save): the agreement stops rank
+    0 at the same step, both exit 143, and the resumed run is bit-identical."""
     rng, why = _seeded("one rank")
     straight, split = tmp_path / "straight", tmp_path / "split"
     common = ["--data", shards, *FLAGS, "--workers", "2"]
     _run(tmp_path, 2, [*common, "--out", straight])
-    _interrupt(tmp_path, 2, [*common, "--out", split], split, at_step=rng.randint(8, 10),
-               target=lambda: int((split / "pid-rank1").read_text()))
+    _interrupt(tmp_path, 2, [*common, "--out", split, "--checkpoint-every", "1s"], split,
+               at_step=rng.randint(8, 10), target=lambda: int((split / "pid-rank1").read_text()), times=3)
     assert _rank_codes(split, 2) == [143, 143], why
     mid = ckpt.load_checkpoint(split / ckpt.MID)
     assert mid["epoch"] == 1 and 0 < mid["epoch_step"] < 7, why
-    _run(tmp_path, 2, [*common, "--out", split, "--resume", "auto"])
+    saves = [r for r in read_metrics(split) if r["kind"] == "checkpoint" and r["at"] == "mid_epoch"]
+    assert saves and saves[-1]["step"] == mid["step"], why  # the time-based ones, then the stop's
+    _run(tmp_path, 2, [*common, "--out", split, "--resume", "auto", "--checkpoint-every", "1s"])
     _assert_same_weights(straight, split, why)
     assert [r["data_fingerprint"] for r in _epochs(straight)] == [r["data_fingerprint"] for r in _epochs(split)]
 
