@@ -34,6 +34,11 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def _plain(value):
+    """JSON's shapes (tuples as lists), so the config, metrics.jsonl and recipe.json hold the same values."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def adjusted_ema_decay(decay: float, *, global_batch: int, every: int, epochs: int) -> float:
     """torchvision's EMA decay adjustment (references/classification/train.py, after pycls):
     1 - min(1, (1 - decay) * global_batch * every / epochs)."""
@@ -45,7 +50,7 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
     field's default) < the recipe's values < `explicit` (the flags given), then the world-size scaling."""
     kwargs = dict(defaults)
     kwargs.update({name: cited.value for name, cited in recipe.hyper.items()})
-    overrides = {name: recipe.hyper[name].value for name, value in explicit.items()
+    overrides = {name: _plain(recipe.hyper[name].value) for name, value in explicit.items()
                  if name in recipe.hyper and not _same(value, recipe.hyper[name].value)}
     kwargs.update(explicit)
     source_world = int(recipe.world_size.value)
