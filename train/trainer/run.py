@@ -185,6 +185,14 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                                                                    **kw).items()})
         return result
 
+    if config.recipe:
+        sc = config.recipe_scaling
+        hint = sc.get("to_keep_source_global_batch")
+        print0(info, f"recipe {config.recipe}: source {sc.get('source_world_size')} GPU(s) x {sc.get('source_batch_per_gpu')}"
+                     f" = {sc.get('source_global_batch')}, lr {sc.get('source_lr'):.4g}; this run {info.world_size} x "
+                     f"{config.batch_size} x {config.accumulate} = {sc.get('global_batch')}, lr {parts.lr:.4g} "
+                     f"({sc.get('how')})" + (f"; for the source's global batch: {hint}" if hint else "")
+                     + (f"; overrides: {', '.join(sorted(config.recipe_overrides))}" if config.recipe_overrides else ""))
     metrics = MetricsLog(out, enabled=info.is_main)
     cores_per_rank = max(1, host.usable_cores() // max(1, info.local_world_size))
     metrics.log("start", workers=config.workers, world_size=info.world_size, cores_per_rank=cores_per_rank,
