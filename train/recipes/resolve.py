@@ -66,7 +66,7 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
     else:
         lr = source_lr * (ratio if rule == "linear" else math.sqrt(ratio))
         kwargs["lr"] = lr
-        how = (f"the source's global batch and lr" if ratio == 1 else
+        how = ("the source's global batch and lr" if ratio == 1 else
                f"per-GPU batch kept, lr scaled {rule} with the global batch ({global_batch} / {source_global})")
     if recipe.absolute_lr_bounds and lr != source_lr:
         for name in ("lr_start_factor", "lr_end_factor"):

@@ -6,14 +6,13 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import socket
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.fixtures.loader import index_of, write_shard_set
+from tests.fixtures.loader import index_of, run_gloo_ranks, write_shard_set
 from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import augment, decode
 from imagenet_shards.train.loader.plan import repeat_counts
@@ -93,36 +92,24 @@ def test_repeats_through_the_loader(shards):
     assert all(len(set(b)) == 1 for b in got)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ddp_rank(rank, world, port, data, outdir):
+def _ddp_rank(rank, world, data, outdir):
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        ld = D.make_loader(data, "train", 2, rank=rank, world_size=world, workers=2, res=16, repeats=4, seed=9)
-        idx, steps = [], 0
-        for images, _ in ld:
-            idx.append([index_of(img) for img in images])
-            t = torch.ones(1)
-            dist.all_reduce(t)  # a rank running dry would hang here
-            steps += 1
-        gathered = [None] * world
-        dist.all_gather_object(gathered, (steps, len(ld), idx))
-        if rank == 0:
-            Path(outdir, "result.json").write_text(json.dumps(gathered))
-    finally:
-        dist.destroy_process_group()
+    ld = D.make_loader(data, "train", 2, rank=rank, world_size=world, workers=2, res=16, repeats=4, seed=9)
+    idx, steps = [], 0
+    for images, _ in ld:
+        idx.append([index_of(img) for img in images])
+        t = torch.ones(1)
+        dist.all_reduce(t)  # a rank running dry would hang here
+        steps += 1
+    gathered = [None] * world
+    dist.all_gather_object(gathered, (steps, len(ld), idx))
+    if rank == 0:
+        Path(outdir, "result.json").write_text(json.dumps(gathered))
 
 
 @pytest.mark.timeout(180)
 def test_repeats_keep_two_gloo_ranks_at_len_batches(shards, tmp_path):
-    import torch.multiprocessing as mp
-    mp.start_processes(_ddp_rank, args=(2, _free_port(), shards, str(tmp_path)), nprocs=2, join=True,
-                       start_method="fork")
+    run_gloo_ranks(_ddp_rank, 2, shards, str(tmp_path))
     result = json.loads((tmp_path / "result.json").read_text())
     assert [(s, n) for s, n, _ in result] == [((N // 2) // 2,) * 2] * 2  # every rank exactly len() batches
     # W=2, R=4: both ranks show the same samples, each twice in a row, in the same steps
