@@ -193,10 +193,10 @@ def config_from_argv(argv: list[str] | None = None, *, parser: argparse.Argument
     """(TrainConfig, world size, --show) from a command line. With --recipe: the recipe's values
     under the explicit flags, scaled to the world size (torchrun's WORLD_SIZE, or --world-size with
     --show). Raises UnknownRecipe or TrainError (one line each)."""
-    from imagenet_shards.train.trainer.config import TrainConfig, TrainError
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = parser or build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help exits here, before torch is imported
+    from imagenet_shards.train.trainer.config import TrainConfig, TrainError
     if args.out is None and not args.show:
         parser.error("the following arguments are required: --out")
     env_world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -216,18 +216,19 @@ def config_from_argv(argv: list[str] | None = None, *, parser: argparse.Argument
 def main(argv: list[str] | None = None) -> int:
     """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2."""
     from imagenet_shards.train.recipes import UnknownRecipe, describe
-    from imagenet_shards.train.trainer.distributed import shutdown_distributed
     from imagenet_shards.train.trainer.config import TrainError
+    try:
+        config, world, show = config_from_argv(argv)  # parses first: --help needs no more imports
+    except (UnknownRecipe, TrainError) as e:
+        print(f"error: {storage.redact(e)}", file=sys.stderr, flush=True)
+        return 2
+    if show:
+        print(json.dumps(describe(config, world_size=world), indent=1))
+        return 0
+    from imagenet_shards.train.trainer.distributed import shutdown_distributed
     from imagenet_shards.train.trainer.run import train
     try:
-        config, world, show = config_from_argv(argv)
-        if show:
-            print(json.dumps(describe(config, world_size=world), indent=1))
-            return 0
         train(config)
-    except UnknownRecipe as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
     except TrainError as e:
         rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
         print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)

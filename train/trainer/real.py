@@ -86,3 +86,24 @@ def check_label_space(manifest: dict | None) -> None:
     if wnids != [c.wnid for c in imagenet_1k_classes()]:
         raise RealLabelsError(f"--eval-real needs the ImageNet-1k label space (its 1000 WNIDs in sorted order); "
                               f"this shard set has {len(wnids)} classes of another label space")
+
+
+def first_val_key(data: str, manifest: dict) -> str | None:
+    """The key of the val split's first sample (one tar header read), or None for an empty split."""
+    from imagenet_shards.pipeline.format.manifest import split_shards
+    from imagenet_shards.train.loader.plan import Piece
+    from imagenet_shards.train.loader.reading import read_pieces
+    shards = split_shards(manifest, data, "val")
+    for i, shard in enumerate(shards):
+        if shard.num_samples:
+            return next((r.key for r in read_pieces(shards, [Piece(i, 0, 1)])), None)
+    return None
+
+
+def check_shard_set(data: str | None, manifest: dict | None) -> None:
+    """RealLabelsError unless the shard set's label space and val keys fit the ReaL table."""
+    check_label_space(manifest)
+    if data and manifest is not None:
+        key = first_val_key(data, manifest)
+        if key is not None:
+            val_index(key)

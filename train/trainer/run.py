@@ -23,6 +23,7 @@ from imagenet_shards.train.trainer.config import TrainConfig, TrainError, check_
 from imagenet_shards.train.trainer.distributed import DistInfo, average_buffers, gather_objects, init_distributed, print0
 from imagenet_shards.train.trainer.engine import AMP_DTYPES, EpochStats, evaluate, make_autocast, train_one_epoch
 from imagenet_shards.train.trainer.loss import make_criterion
+from imagenet_shards.train.trainer.real import RealLabelsError
 from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher, LoaderError
 from imagenet_shards.train.trainer.schedule import run_resolution
 from imagenet_shards.train.trainer.telemetry import MetricsLog, gpu_memory_gib, make_profiler, process_memory
@@ -144,7 +145,7 @@ def _real_labels(config: TrainConfig, manifest: dict | None):
         return None
     from imagenet_shards.train.trainer import real
     try:
-        real.check_label_space(manifest)
+        real.check_shard_set(config.data, manifest)
         return real.RealLabels()
     except real.RealLabelsError as e:
         raise TrainError(str(e)) from None
@@ -179,10 +180,13 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
             return {}
         val_batches.set_epoch(epoch)
         kw = dict(autocast=autocast, info=info, tta=config.tta, real=real)
-        result = {f"val_{k}": v for k, v in evaluate(parts.raw, val_batches, **kw).items()}
-        if parts.ema is not None:
-            result.update({f"ema_val_{k}": v for k, v in evaluate(parts.ema.module, val_batches, desc="val ema",
-                                                                   **kw).items()})
+        try:
+            result = {f"val_{k}": v for k, v in evaluate(parts.raw, val_batches, **kw).items()}
+            if parts.ema is not None:
+                result.update({f"ema_val_{k}": v for k, v in evaluate(parts.ema.module, val_batches, desc="val ema",
+                                                                       **kw).items()})
+        except RealLabelsError as e:  # a val key the start-up check (first key only) did not see
+            raise TrainError(str(e)) from None
         return result
 
     if config.recipe:

@@ -80,3 +80,25 @@ def test_rsb_family_toy_run_learns(tiny_shards, tmp_path):
     records = _run(tiny_shards, tmp_path / "rsb", "--recipe", "rsb-a3-rn50", "--epochs", "6", "--warmup-epochs", "1",
                    "--no-eval-real")
     _learned(records)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_recipe_state_resumes_bit_identically(tiny_shards, tmp_path):
+    """LAMB's moments and step, the EMA's counters (every N steps, copy epochs) and the repeated-
+    augmentation plan survive a stop and resume: 2 epochs straight == 1 + resume + 1."""
+    flags = ["--data", tiny_shards, *TOY, "--recipe", "tv-rn50-v2", "--epochs", "2", "--warmup-epochs", "1",
+             "--ema-copy-epochs", "1", "--ema-every", "3", "--optimizer", "lamb", "--lr", "0.002", "--res", "16",
+             "--val-res", "20", "--val-crop", "16"]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    assert run_cli(*flags, "--out", straight) == 0
+    assert run_cli(*flags, "--out", split, "--stop-after-epochs", "1") == 0
+    assert run_cli(*flags, "--out", split, "--resume", "auto") == 0
+    a, b = ckpt.load_checkpoint(straight / ckpt.LATEST), ckpt.load_checkpoint(split / ckpt.LATEST)
+    assert a["ema"]["updates"] == b["ema"]["updates"] == 2 * 3 and a["ema"]["n_averaged"] == b["ema"]["n_averaged"]
+    assert a["optimizer"]["param_groups"][0]["step"] == b["optimizer"]["param_groups"][0]["step"] == 16
+    for part in ("model",):
+        for key in a[part]:
+            assert torch.equal(a[part][key], b[part][key]), key
+    for key in a["ema"]["module"]:
+        assert torch.equal(a["ema"]["module"][key], b["ema"]["module"][key]), key

@@ -276,3 +276,17 @@ def test_real_refuses_other_keys_and_label_spaces_in_one_line():
     with pytest.raises(R.RealLabelsError, match="ImageNet-1k label space"):
         R.check_label_space({"classes": [{"index": 0, "wnid": "n01440764"}]})
     json.dumps(R.RealLabels(((1,),)).targets(["ILSVRC2012_val_00000001"]).tolist())
+
+
+def test_eval_real_refuses_a_shard_set_outside_imagenet_1k_before_training(tiny_shards, tmp_path, capsys):
+    from tests.fixtures.trainer import TINY, run_cli
+    assert run_cli("--data", tiny_shards, "--out", tmp_path / "r", *TINY, "--eval-real") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ImageNet-1k label space" in err
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_first_val_key_is_read_from_the_shards(tiny_shards):
+    from imagenet_shards.pipeline.format.manifest import read_manifest
+    key = R.first_val_key(str(tiny_shards), read_manifest(str(tiny_shards)))
+    assert R.VAL_KEY.match(key)  # the synthetic archives keep the original val names
