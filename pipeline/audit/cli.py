@@ -13,12 +13,13 @@ from collections import Counter
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport
 from imagenet_shards.pipeline.audit.run import audit
+from imagenet_shards.pipeline.console import OneLineParser
 
 MAX_LISTED = 200  # on stdout; --json always has every problem
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="audit-shards",
         description="Check a shard set against its manifest: every shard present with the right size and "
                     "sha256, well-formed tars, complete samples whose labels agree with the class table, "

@@ -19,6 +19,7 @@ import sys
 import textwrap
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
@@ -35,7 +36,7 @@ _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="prepare-shards", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="\n\n".join(__doc__.split("\n\n")[:2]),
         epilog=_EPILOG)
@@ -97,9 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_finalize_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prepare-shards finalize",
-                                description="Assemble manifest.json, _info.json and the wids indexes once all "
-                                            "--part runs are done (says which are missing otherwise).")
+    p = OneLineParser(prog="prepare-shards finalize",
+                      description="Assemble manifest.json, _info.json and the wids indexes once all "
+                                  "--part runs are done (says which are missing otherwise).")
     p.add_argument("out", metavar="OUT")
     storage.add_storage_option(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -107,7 +108,7 @@ def build_finalize_parser() -> argparse.ArgumentParser:
 
 
 def build_adopt_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="prepare-shards adopt",
         description="Adopt an existing WebDataset ImageNet-1k shard set (e.g. timm's imagenet-1k-wds: _info.json + "
                     "imagenet1k-{train,validation}-NNNN.tar of .jpg/.cls/.json samples) without rewriting it: read "

@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.train.bench.compare import compare
 from imagenet_shards.train.bench.measure import measure_loader
 from imagenet_shards.train.bench.peers import PEERS_ENV
@@ -30,7 +31,7 @@ from imagenet_shards.train.trainer.host import usable_cores
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``bench-loader`` command line (every default is stated in its help)."""
-    p = argparse.ArgumentParser(prog="bench-loader", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="bench-loader", description=__doc__.split("\n\n")[0])
     p.add_argument("data", metavar="DATA", help="shard set directory or URL (holds manifest.json)")
     p.add_argument("--split", default="train",
                    help="split to read (default train: RandomResizedCrop + flip; any other split: centre crops)")

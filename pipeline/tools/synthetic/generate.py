@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.tools.synthetic.archives import add_member, devkit_bytes, kaggle_solution, tar_bytes
@@ -238,7 +239,7 @@ def _counts(samples: list[dict]) -> dict:
 # ---- CLI ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="make-synthetic-imagenet",
         description="Write a small fake ILSVRC2012 (train tar of class tars, flat val tar, devkit) "
                     "with learnable procedural images of real ImageNet-1k classes, the real "
