@@ -172,6 +172,20 @@ def test_truncated_shard(data):
     assert "class_count" not in kinds(r)  # the shard problems already explain the missing samples
 
 
+@pytest.mark.parametrize("where", ["appended", "inside the zero padding"])
+def test_bytes_after_the_end_marker_do_not_drop_the_last_sample_from_the_count(data, where):
+    path = shard_path(data)
+    raw = bytearray(path.read_bytes())
+    assert raw[-1024:] == bytes(1024)  # the tar ends with zero blocks: the end-of-archive marker and padding
+    if where == "appended":
+        raw += b"garbage"
+    else:
+        raw[-100:-93] = b"garbage"
+    path.write_bytes(bytes(raw))
+    r = audit(data, workers=1, progress=False)
+    assert kinds(r) == {"tar_trailing_garbage", "shard_sha256"} | ({"shard_size"} if where == "appended" else set())
+
+
 def test_missing_shard(data):
     path = shard_path(data, "val", 0)
     path.unlink()
