@@ -169,6 +169,11 @@ def format_summary(s: dict) -> str:
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)"
                          + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else ""))
+            if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
+                short = sorted(v["short_classes"].items())
+                lines.append(f"  {split}: {len(short)} class{'es' * (len(short) != 1)} short of what was drawn: " + ", ".join(
+                    f"{w} {c['samples']} of {c['drawn']} ({', '.join(f'{r} {n}' for r, n in c['reasons'].items())})"
+                    for w, c in short[:5]) + (f" and {len(short) - 5} more (manifest: short_classes)" if len(short) > 5 else ""))
         if s["rejected_by_reason"]:
             lines.append("  rejected/skipped by reason: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_reason"].items())))

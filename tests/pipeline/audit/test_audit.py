@@ -429,6 +429,24 @@ def test_expect_allows_for_recorded_rejects():
         "expect_split_missing"
 
 
+def test_expect_counts_skipped_images_like_rejected_ones_but_not_names_that_are_never_images():
+    facts = imagenet_1k_facts()
+    wnids = [c.wnid for c in imagenet_1k_classes()]
+    counts = {w: 50 for w in wnids}
+    counts[wnids[7]] = 49
+    skip = {"split": "val", "key": "ILSVRC2012_val_00000042", "source": "ILSVRC2012_img_val.tar/ILSVRC2012_val_00000042.JPEG",
+            "reason": "not_an_image"}  # an image file whose bytes are no image any more
+    m = {"classes": [{"index": i, "wnid": w, "name": w} for i, w in enumerate(wnids)],
+         "splits": {"val": {"num_samples": 49999, "class_counts": counts}}, "rejected": [], "skipped": [skip]}
+    assert check_expect(m, facts, wnids, ["val"], "imagenet-1k") == []
+    junk = {**skip, "key": "__ILSVRC2012_val_00000042", "source": "ILSVRC2012_img_val.tar/._ILSVRC2012_val_00000042.JPEG"}
+    m["skipped"] = [junk]  # macOS's AppleDouble companion: not an image of the dataset
+    assert [p.kind for p in check_expect(m, facts, wnids, ["val"], "imagenet-1k")] == ["expect_count",
+                                                                                      "expect_class_count"]
+    m["splits"]["val"] = {"num_samples": 50000, "class_counts": {w: 50 for w in wnids}}
+    assert check_expect(m, facts, wnids, ["val"], "imagenet-1k") == []  # ... and it makes no image too many
+
+
 def test_storage_local_and_file_url(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "x.bin").write_bytes(b"12345")
