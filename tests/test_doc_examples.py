@@ -213,3 +213,121 @@ def test_documented_flags_exist():
             if flag.split("=")[0] not in helps[sub]:
                 missing.append(f"{where}: {' '.join(sub)} {flag}")
     assert not missing, missing
+
+
+# ----------------------------------------------------------------------------- claims checked against the code
+
+def all_parsers() -> dict[str, object]:
+    """Every command's argparse parser, by the name a user types (subcommands included)."""
+    import importlib
+
+    from imagenet_shards.pipeline.prepare import cli as prepare_cli
+
+    out = {name: importlib.import_module(ep.split(":")[0]).build_parser()
+           for name, ep in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"].items()}
+    out["prepare-shards finalize"] = prepare_cli.build_finalize_parser()
+    out["prepare-shards adopt"] = prepare_cli.build_adopt_parser()
+    return out
+
+
+def same_value(text: str, default) -> bool:
+    """Whether a default as the docs write it (`5e-5`, `longer:500`, `16`) is the parser's value."""
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        try:
+            return float(text) == float(default)
+        except ValueError:
+            return False
+    return text == str(default)
+
+
+def test_help_states_each_default_as_the_parser_has_it():
+    """`--help`'s "(default V)" against the value argparse really defaults to (where it has one)."""
+    wrong = []
+    for command, parser in all_parsers().items():
+        for action in parser._actions:
+            m = re.search(r"\(default ([\w.:+-]+)[);,]", action.help or "")
+            if m and action.default is not None and not isinstance(action.default, bool) \
+                    and not same_value(m.group(1), action.default):
+                wrong.append(f"{command} {action.option_strings}: help says {m.group(1)}, default is {action.default!r}")
+    assert not wrong, wrong
+
+
+def test_training_md_synopsis_and_defaults_table_state_the_parsers_defaults():
+    from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS
+
+    defaults = {a.option_strings[0]: a.default for a in all_parsers()["train-imagenet"]._actions if a.option_strings}
+    defaults["--warmup-epochs"] = DEFAULT_WARMUP_EPOCHS  # resolved when the run starts (TrainConfig)
+    text = (REPO / "docs" / "training.md").read_text()
+    synopsis = next(body for doc, _, info, body in fenced_blocks() if doc.name == "training.md" and info == "text")
+    synopsis = synopsis[:synopsis.index("\ntorchrun")]  # train-imagenet's lines
+    examples = {"--end-res", "--ramp-epochs", "--resume"}  # values shown there as examples or choices, not defaults
+    claims = [(flag, value.split("|")[0]) for flag, value in re.findall(r"(--[a-z][\w-]*) ([a-z0-9][\w.:|-]*)", synopsis)
+              if flag not in examples]
+    claims += re.findall(r"(--[a-z][\w-]*) [A-Z]+ \(default ([\w.]+)\)", synopsis)
+    section = text[text.index("## Defaults and the choices behind them"):]
+    section = section[:section.index("\n## ")]
+    claims += re.findall(r"^\| `(--[a-z][\w-]*) ([a-z0-9][\w.:-]*)`", section, re.M)  # first column: `--flag V`
+    claims += re.findall(r"`(--[a-z][\w-]*) ([a-z0-9][\w.:-]*)` \(", section)  # `--warmup-epochs 2` (a quarter
+    assert len(claims) >= 15  # the synopsis and the table are really read
+    wrong = [f"{flag} {value} (default {defaults.get(flag)!r})" for flag, value in claims
+             if flag not in defaults or not same_value(value, defaults[flag])]
+    assert not wrong, wrong
+
+
+def test_prose_defaults_are_the_parsers():
+    """`--flag V` (default ...) anywhere in the docs, for a flag only one command has."""
+    owners: dict[str, list] = {}
+    for command, parser in all_parsers().items():
+        for action in parser._actions:
+            for flag in action.option_strings:
+                owners.setdefault(flag, []).append(action.default)
+    claims = [(doc.name, flag, value) for doc in DOCS
+              for flag, value in re.findall(r"`(--[a-z][\w-]*) ([\w.:-]+)`\s*\(default", doc.read_text())]
+    assert claims  # e.g. prepare.md's `--resize longer:500` (default; ...)
+    wrong = [c for c in claims if len(owners.get(c[1], [])) == 1 and not same_value(c[2], owners[c[1]][0])]
+    assert not wrong, wrong
+
+
+def test_the_dev_shm_formula_in_training_md_is_the_codes():
+    import inspect
+
+    from imagenet_shards.train.loader import make_loader
+    from imagenet_shards.train.loader.slots import ring_size
+    from imagenet_shards.train.trainer.host import BATCHES_PER_WORKER
+
+    text = " ".join((REPO / "docs" / "training.md").read_text().split())
+    m = re.search(r"`/dev/shm` must hold the batches in flight on the node: local ranks × workers × (\d+) \([^)]*"
+                  r"the DataLoader's prefetch of (\d+)", text)
+    assert m, "training.md's /dev/shm formula moved: update this test"
+    prefetch = inspect.signature(make_loader).parameters["prefetch_factor"].default
+    assert int(m.group(2)) == prefetch
+    assert int(m.group(1)) == BATCHES_PER_WORKER == ring_size(prefetch)
+
+
+def test_shards_are_the_bytes_of_webdataset_tarwriter_with_the_arguments_format_md_names(playground):
+    """docs/format.md: our tar bytes are `TarWriter(f, user="", group="", mode=0o644, mtime=0)`'s, and
+    TarWriter's own defaults (mode 0o444, user/group bigdata, mtime now) are not."""
+    import inspect
+    import io
+    import tarfile
+
+    import webdataset as wds
+
+    text = " ".join((REPO / "docs" / "format.md").read_text().split())
+    assert 'TarWriter(f, user="", group="", mode=0o644, mtime=0)' in text
+    assert "its defaults differ: mode 0o444, user and group `bigdata`, mtime the current time" in text
+    defaults = inspect.signature(wds.TarWriter).parameters
+    assert (defaults["mode"].default, defaults["user"].default, defaults["group"].default,
+            defaults["mtime"].default) == (0o444, "bigdata", "bigdata", None)
+    shard = sorted((playground / "shards" / "train").glob("*.tar"))[0]
+    ours = shard.read_bytes()
+    samples: dict[str, dict] = {}
+    with tarfile.open(shard) as tf:
+        for m in tf.getmembers():
+            key, ext = m.name.split(".", 1)
+            samples.setdefault(key, {"__key__": key})[ext] = tf.extractfile(m).read()
+    theirs = io.BytesIO()
+    with wds.TarWriter(theirs, user="", group="", mode=0o644, mtime=0, encoder=False) as w:
+        for sample in samples.values():
+            w.write(sample)
+    assert theirs.getvalue() == ours
