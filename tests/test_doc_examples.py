@@ -217,6 +217,100 @@ def test_documented_flags_exist():
 
 # ----------------------------------------------------------------------------- claims checked against the code
 
+def markdown_table(doc: str, heading: str) -> list[list[str]]:
+    """The rows (cells, stripped) of the first table under `heading` in `doc`."""
+    text = (REPO / doc).read_text()
+    text = text[text.index(heading):]
+    lines = [line for line in text.split("\n\n", 3)[1:4] if line.startswith("|")][0].splitlines()
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]
+
+
+URL_TABLE = markdown_table("docs/storage.md", "## Which arguments take a URL")
+# Each argument of the table in a command that gets past argparse; {url} is where the URL goes. The
+# other arguments name nothing that exists, so an argument refused "at once" is refused before any
+# of them is looked at.
+URL_PROBES = {
+    ("prepare-shards", "--out"): "--train t.tar --val v.tar --devkit d.tgz --out {url}",
+    ("prepare-shards", "--train"): "--train {url} --val v.tar --devkit d.tgz --out o",
+    ("prepare-shards", "--val"): "--train t.tar --val {url} --devkit d.tgz --out o",
+    ("prepare-shards", "--test"): "--train t.tar --val v.tar --devkit d.tgz --test {url} --splits train,val,test --out o",
+    ("prepare-shards", "--devkit"): "--train t.tar --val v.tar --devkit {url} --out o",
+    ("prepare-shards", "--val-labels"): "--train t.tar --val v.tar --val-labels {url} --out o",
+    ("prepare-shards", "--staging"): "--train t.tar --val v.tar --devkit d.tgz --staging {url} --out memory://doc-url/o",
+    ("prepare-shards", "--classes"): "--train t.tar --val v.tar --devkit d.tgz --classes {url} --out o",
+    ("prepare-shards", "--train-list"): "--train t.tar --val v.tar --devkit d.tgz --train-list {url} --out o",
+    ("prepare-shards finalize", "OUT"): "finalize {url}",
+    ("prepare-shards adopt", "SRC"): "adopt {url} --out o",
+    ("prepare-shards adopt", "--out"): "adopt src --out {url}",
+    ("audit-shards", "DATA"): "{url}",
+    ("audit-shards", "--json"): "data --json {url}",
+    ("inspect-shards", "DATA"): "{url} --out o.png",
+    ("inspect-shards", "--out"): "data --out {url}",
+    ("inspect-shards", "--extract"): "data --key k --extract {url}",
+    ("bench-loader", "DATA"): "{url}",
+    ("bench-loader", "--peers"): "data --compare --peers {url}",
+    ("train-imagenet", "--data"): "--data {url} --out o",
+    ("train-imagenet", "--out"): "--data data --out {url}",
+    ("train-imagenet", "--cache-dir"): "--data data --out o --cache-dir {url}",
+    ("train-imagenet", "--weights"): "--data data --out o --weights {url}",
+    ("train-imagenet", "--resume"): "--data data --out o --resume {url}",
+    ("report-run", "RUN_DIR"): "{url}",
+    ("report-run", "--out"): "run --out {url}",
+    ("make-synthetic-imagenet", "OUT"): "{url} --classes 4",
+}
+REFUSED_AS_URL = re.compile(r"takes a local|not a URL|is read-only")
+
+
+def url_table_rows() -> list[tuple[str, str, bool]]:
+    """(command, argument, takes a URL) for every argument the table names (the library row aside)."""
+    rows = []
+    for command, arguments, answer in URL_TABLE:
+        if command != "the library":
+            rows += [(command.strip("`"), a.strip("` "), answer.startswith("yes")) for a in arguments.split(",")]
+    return rows
+
+
+def test_the_url_table_names_every_command_and_only_probed_arguments():
+    rows = url_table_rows()
+    assert {(c, a) for c, a, _ in rows} == set(URL_PROBES)
+    assert {c.split()[0] for c, _, _ in rows} == SCRIPTS - {"imagenet-shards-doctor"}  # doctor takes no path
+
+
+def _run_main(command: str, argv: list[str]) -> tuple[int, str]:
+    """The console script's main in this process: (exit code, stderr)."""
+    import contextlib
+    import importlib
+    import io
+
+    module, func = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"][command.split()[0]].split(":")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            rc = getattr(importlib.import_module(module), func)(argv)
+        except SystemExit as e:
+            rc = e.code
+    return rc, err.getvalue()
+
+
+@pytest.mark.parametrize("command,argument,takes_url", url_table_rows(), ids=[f"{c} {a}" for c, a, _ in url_table_rows()])
+def test_the_url_table_says_what_each_command_does_with_a_url(tmp_path, monkeypatch, command, argument, takes_url):
+    monkeypatch.chdir(tmp_path)
+    template = URL_PROBES[(command, argument)]
+    rc, err = _run_main(command, shlex.split(template.format(url="s3://doc-url-table/x")))
+    if takes_url:  # not refused as a URL (it fails later: nothing is there; a memory:// URL needs no server)
+        rc, err = _run_main(command, shlex.split(template.format(url="memory://doc-url-table/x")))
+        assert not REFUSED_AS_URL.search(err), err
+    else:
+        assert rc == 2 and err.count("\n") == 1 and REFUSED_AS_URL.search(err), err
+        assert argument.lstrip("-").split()[0].lower() in err.lower() or argument in ("OUT",), err
+        assert list(tmp_path.iterdir()) == [], "a refused URL created something"
+        rc, err = _run_main(command, shlex.split(template.format(url=f"file://{tmp_path}/x")))
+        assert not REFUSED_AS_URL.search(err), err  # file:// names a local path
+    if command == "prepare-shards" and argument == "--out":
+        rc, err = _run_main(command, shlex.split(template.format(url="https://example.invalid/x")))
+        assert rc == 2 and "read-only" in err
+
+
 def all_parsers() -> dict[str, object]:
     """Every command's argparse parser, by the name a user types (subcommands included)."""
     import importlib

@@ -89,6 +89,11 @@ def main(argv=None) -> int:
     if args.workers is not None and args.workers < 1:
         print("audit-shards: error: --workers must be at least 1", file=sys.stderr)
         return 2
+    if args.json_out and storage.is_remote(args.json_out):  # refused before the audit, not after it
+        print(f"audit-shards: error: --json takes a local path, not a URL ({storage.redact(args.json_out)}): "
+              "write the report here, then copy it", file=sys.stderr)
+        return 2
+    args.json_out = args.json_out and storage.local_path(args.json_out)
     try:
         storage.apply_storage_options(args.data, args.storage_option)
         report = audit(args.data, deep=args.deep, splits=args.splits, workers=args.workers, expect=args.expect,

@@ -21,6 +21,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.keys import junk_name, key_for, train_key_wnid
 from imagenet_shards.pipeline.format.subset import fraction_count
 from imagenet_shards.pipeline.prepare.sources import WNID_RE, Member
@@ -53,9 +54,11 @@ def read_class_file(path) -> tuple[str, ...]:
 
 
 def classes_option(value: str) -> int | tuple[str, ...]:
-    """--classes N|FILE: a number of classes to draw, else the WNIDs of the file it names."""
+    """--classes N|FILE: a number of classes to draw, else the WNIDs of the file it names (a local
+    path or file://; another URL is refused)."""
     if value.strip().isdigit():
         return int(value)
+    value = _local("--classes", value)
     if not os.path.exists(value):
         raise SubsetError(f"--classes takes a number or a file of WNIDs; there is no file {value}")
     return read_class_file(value)
@@ -101,7 +104,16 @@ def read_train_list(path) -> tuple[str, ...]:
     return tuple(sorted(set(names)))
 
 
+def _local(flag: str, value) -> str:
+    """The local path a file option names (a plain path or file://); SubsetError for another URL."""
+    path = storage.local_path(value)
+    if path is None:
+        raise SubsetError(f"{flag} takes a local path, not a URL ({storage.redact(value)}): copy the file here first")
+    return path
+
+
 def _lines(path, flag: str) -> list[str]:
+    path = _local(flag, path)
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().splitlines()

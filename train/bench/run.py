@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.train.bench.compare import compare
 from imagenet_shards.train.bench.measure import measure_loader
@@ -75,6 +76,9 @@ def main(argv=None) -> int:
         return 2
     if args.peers and not args.compare:
         print("error: --peers only matters with --compare", file=sys.stderr)
+        return 2
+    if args.peers and storage.is_remote(args.peers):
+        print(f"error: --peers takes a local path, not a URL ({storage.redact(args.peers)})", file=sys.stderr)
         return 2
     if args.workers == 0:
         torch.set_num_threads(1)  # per-core numbers: no intra-op threads in the main process either

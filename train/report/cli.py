@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     if storage.is_remote(out):
         print(f"error: --out takes a local path, got {storage.redact(out)}", file=sys.stderr)
         return 2
+    out = storage.local_path(out)  # file:// names a local path
     try:
         records = read_run(args.run_dir)
         try:

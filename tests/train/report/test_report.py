@@ -135,6 +135,8 @@ def test_report_of_a_remote_run_folder(run_dir, tmp_path, capsys):
         assert report_main([base, "--out", str(tmp_path / "remote.png"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["line"] == want and (tmp_path / "remote.png").stat().st_size > 10_000
     assert report_main([str(run_dir), "--out", "s3://bucket/report.png"]) == 2  # --out is local only
+    assert report_main([str(run_dir), "--out", f"file://{tmp_path}/file-url.png"]) == 0  # file:// is a local path
+    assert (tmp_path / "file-url.png").stat().st_size > 10_000
 
 
 def test_report_of_a_folder_without_metrics_is_a_one_line_error(tmp_path, capsys):
