@@ -26,7 +26,7 @@ _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or --val-labels) or an "
     "ImageFolder tree. Both also take the Hugging Face ILSVRC/imagenet-1k files, .tar.gz or parquet, repeated or "
     "as a quoted glob (--train 'data/train-*.parquet'); their labels travel with the images (no --devkit). "
-    "--test (with --splits ...,test) takes the unlabeled test images; their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
+    "--test takes the unlabeled test images (and adds the test split); their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
     "Rerunning the same command resumes; see docs/prepare.md.",
     "Several machines: run the same command with --part I/N on each (or let RANK/WORLD_SIZE or a Slurm array say "
     "which part); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--train", metavar="SRC", action="append", help="train source (repeatable; a quoted glob is expanded)")
     src.add_argument("--val", metavar="SRC", action="append", help="val source (repeatable; a quoted glob is expanded)")
     src.add_argument("--test", metavar="SRC", action="append",
-                     help="test source, unlabeled (with --splits ...,test; repeatable; a quoted glob is expanded)")
+                     help="test source, unlabeled; adds the test split unless --splits says otherwise (repeatable; "
+                          "a quoted glob is expanded)")
     src.add_argument("--devkit", metavar="TGZ", help="ILSVRC2012_devkit_t12.tar.gz (or its extracted folder): val labels")
     src.add_argument("--val-labels", metavar="CSV", help="Kaggle LOC_val_solution.csv: val labels")
     p.add_argument("--out", required=True, metavar="OUT",
@@ -72,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     sz.add_argument("--shard-bytes", type=storage.positive_size, default=None,
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    sh.add_argument("--splits", default="train,val", help="which splits to build: train, val, test (default train,val)")
+    sh.add_argument("--splits", default=None,
+                    help="which splits to build: train, val, test (default train,val; train,val,test with --test)")
     sub = p.add_argument_group("subsets (reproducible with --seed; recorded in the manifest; docs/prepare.md)")
     sub.add_argument("--classes", metavar="N|FILE",
                      help="keep N classes drawn with --seed, or those of FILE (one WNID a line, # comments); "
@@ -217,6 +219,20 @@ def expand_sources(values: list[str] | None):
     return out[0] if len(out) == 1 else out
 
 
+def splits_option(args) -> tuple[str, ...]:
+    """The splits to build: --splits, else train and val, and test when --test names its source (giving
+    a source asks for its split). A source whose split an explicit --splits leaves out is not read:
+    said in one line on stderr."""
+    if args.splits is None:
+        return ("train", "val", "test") if args.test else ("train", "val")
+    splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
+    unread = [f"--{name}" for name in ("train", "val", "test") if getattr(args, name) and name not in splits]
+    if unread and not args.quiet:
+        print(f"note: {', '.join(unread)} not read: --splits {args.splits} leaves "
+              f"{'that split' if len(unread) == 1 else 'those splits'} out", file=sys.stderr)
+    return splits
+
+
 def main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
@@ -239,7 +255,7 @@ def main(argv=None) -> int:
     try:
         config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
                         exif_transpose=args.exif_transpose, restart_markers=args.restart_markers,
-                        splits=tuple(s.strip() for s in args.splits.split(",") if s.strip()),
+                        splits=splits_option(args),
                         shard_bytes=args.shard_bytes,
                         shard_samples=None if args.shard_bytes else
                         (1000 if args.shard_samples is None else args.shard_samples),
