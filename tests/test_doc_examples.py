@@ -425,3 +425,44 @@ def test_shards_are_the_bytes_of_webdataset_tarwriter_with_the_arguments_format_
         for sample in samples.values():
             w.write(sample)
     assert theirs.getvalue() == ours
+
+
+def test_readme_names_every_module_where_it_lives():
+    """README's "Where things are": each package folder's row names every module in it (and nothing
+    that is gone); each top-level module of pipeline/ has its own row."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Where things are"):]
+    rows = dict(re.findall(r"^\| `([\w/.]+)` \| (.*) \|$", section[:section.index("\n## ", 3)], re.M))
+    wrong = []
+    for top in ("pipeline", "train"):
+        for folder in sorted(p for p in (REPO / top).iterdir() if (p / "__init__.py").exists()):
+            row = rows.get(f"{top}/{folder.name}/")
+            if row is None:
+                wrong.append(f"no row for {top}/{folder.name}/")
+                continue
+            named = set(re.findall(r"`(\w+)(?:\.c|/)?`", row))
+            for f in sorted(folder.rglob("*")):
+                if f.suffix in (".py", ".c") and f.stem not in ("__init__", "__main__") or f.is_dir() and (f / "__init__.py").exists():
+                    if f.name != "__pycache__" and f.stem not in named:
+                        wrong.append(f"{f.relative_to(REPO)} is not named in README's row for {top}/{folder.name}/")
+            for name in named - {f.stem for f in folder.rglob("*")} - {"make_loader"}:  # a function, named as such
+                wrong.append(f"README's row for {top}/{folder.name}/ names `{name}`, which is not there")
+    for f in sorted((REPO / "pipeline").glob("*.py")):
+        if f.stem != "__init__" and f"pipeline/{f.name}" not in rows:
+            wrong.append(f"no row for pipeline/{f.name}")
+    assert not wrong, wrong
+
+
+def test_readme_shows_the_line_doctor_prints():
+    """The same fields in the same order as `imagenet-shards-doctor --brief` prints (values masked)."""
+    def shape(line: str) -> str:
+        line = re.sub(r"\((pillow-simd|plain Pillow)\)", "(PIL)", line)
+        line = re.sub(r"libjpeg(-turbo)? [\d.]+( \(not turbo\))?", "libjpeg", line)
+        line = re.sub(r"not built|built", "B", line)
+        line = re.sub(r"\b(yes|no)\b", "Y", line)
+        return re.sub(r"-> .*", "-> R", re.sub(r"\d[\w.+]*", "V", line))
+
+    text = (REPO / "README.md").read_text()
+    shown = next(line for line in text.splitlines() if line.startswith("PIL ") and "torchvision" in line)
+    r = subprocess.run([str(BIN / "imagenet-shards-doctor"), "--brief"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and shape(shown) == shape(r.stdout.strip()), (shown, r.stdout)
