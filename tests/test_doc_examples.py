@@ -466,3 +466,38 @@ def test_readme_shows_the_line_doctor_prints():
     shown = next(line for line in text.splitlines() if line.startswith("PIL ") and "torchvision" in line)
     r = subprocess.run([str(BIN / "imagenet-shards-doctor"), "--brief"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shape(shown) == shape(r.stdout.strip()), (shown, r.stdout)
+
+
+def test_code_the_docs_cite_by_name_exists():
+    """Every `module.name` the docs cite (`decode.AUG_NAMES`, `format.keys.junk_name`,
+    `imagenet_shards.pipeline.storage.fs.open_url`) is there: a module of ours whose dotted path ends
+    so, holding that attribute. File names and manifest/config field paths are not code."""
+    import importlib
+
+    modules = []
+    for top in ("pipeline", "train"):
+        for f in (REPO / top).rglob("*.py"):
+            parts = ("imagenet_shards", top, *f.relative_to(REPO / top).with_suffix("").parts)
+            modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    modules.append("imagenet_shards.manifests")  # data files, a package all the same (pyproject's package-dir)
+    not_code = {"manifest", "config", "loader", "train", "pipeline"}  # manifest.fixed, config.subset, loader.stats
+    missing = []
+    for doc in DOCS:
+        for ref in re.findall(r"`((?:[a-z_][a-z0-9_]*\.)+[A-Za-z_]\w*)(?:\(\))?`", doc.read_text()):
+            parts = ref.split(".")
+            if parts[-1] in ("py", "md", "json", "png", "c") or parts[0] in not_code:
+                continue
+            absolute = parts[0] == "imagenet_shards"
+            if not absolute and not any(m.endswith("." + parts[0]) for m in modules):
+                continue  # not a name of ours (meta.mat, pyproject.toml)
+            found = False
+            for i in range(len(parts), 0, -1):
+                prefix = ".".join(parts[:i])
+                for mod in (m for m in modules + ["imagenet_shards"] if m == prefix or not absolute and m.endswith("." + prefix)):
+                    obj = importlib.import_module(mod)
+                    found = found or all((obj := getattr(obj, a, None)) is not None for a in parts[i:])
+                if found:
+                    break
+            if not found:
+                missing.append(f"{doc.name}: `{ref}`")
+    assert not missing, missing
