@@ -501,3 +501,18 @@ def test_code_the_docs_cite_by_name_exists():
             if not found:
                 missing.append(f"{doc.name}: `{ref}`")
     assert not missing, missing
+
+
+def test_training_md_default_formulas_are_the_codes():
+    """The defaults table's formulas and worked examples, computed with the code that applies them."""
+    from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS, default_warmup
+    from imagenet_shards.train.trainer.host import default_workers
+    from imagenet_shards.train.trainer.schedule import default_ramp
+
+    text = " ".join((REPO / "docs" / "training.md").read_text().split())
+    for cores, gpus, want in re.findall(r"(\d+) cores, (\d+) GPUs?: (\d+)", text):  # `--workers` examples
+        assert default_workers(int(cores), int(gpus), cuda=True) == int(want), (cores, gpus, want)
+    a, b = (float(x) for x in re.search(r"Default ramp: A = ⌊([\d.]+)·epochs⌋, B = ⌊([\d.]+)·epochs⌋", text).groups())
+    assert all(default_ramp(e) == (int(a * e), int(b * e)) for e in (1, 5, 16, 40, 88))
+    assert f"`--warmup-epochs {DEFAULT_WARMUP_EPOCHS:g}` (a quarter of `--epochs` when that is shorter)" in text
+    assert [default_warmup(e) for e in (4, 8, 16)] == [1.0, 2, 2]
