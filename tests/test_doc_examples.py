@@ -516,3 +516,26 @@ def test_training_md_default_formulas_are_the_codes():
     assert all(default_ramp(e) == (int(a * e), int(b * e)) for e in (1, 5, 16, 40, 88))
     assert f"`--warmup-epochs {DEFAULT_WARMUP_EPOCHS:g}` (a quarter of `--epochs` when that is shorter)" in text
     assert [default_warmup(e) for e in (4, 8, 16)] == [1.0, 2, 2]
+
+
+def test_audit_md_json_report_has_the_keys_audit_shards_writes(playground):
+    from imagenet_shards.pipeline.audit.report import Problem
+    from imagenet_shards.pipeline.audit.run import audit
+
+    block = next(body for doc, _, info, body in fenced_blocks() if doc.name == "audit.md" and info == "json")
+    shown = set(re.findall(r'"(\w+)":', block))
+    report = audit(str(playground / "shards"), workers=1, progress=False)
+    report.problems.append(Problem("shard_missing", "x.tar", None, "listed in the manifest but not there"))  # its fields
+    report = report.to_dict()
+
+    def keys(obj) -> set[str]:
+        if isinstance(obj, dict):
+            return set(obj) | {k for v in obj.values() for k in keys(v)}
+        if isinstance(obj, list):
+            return {k for v in obj for k in keys(v)}
+        return set()
+
+    splits = set(report["counts"]) | {"within_" + s for s in report["counts"]}
+    written = keys(report) - splits
+    assert written - shown == set(), sorted(written - shown)  # every key it writes is shown
+    assert shown - written - {"train", "val", "within_train", "within_val"} == set()  # and nothing it does not
