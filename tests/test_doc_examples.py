@@ -518,6 +518,30 @@ def test_training_md_default_formulas_are_the_codes():
     assert [default_warmup(e) for e in (4, 8, 16)] == [1.0, 2, 2]
 
 
+def json_keys(obj) -> set[str]:
+    """Every key of a JSON value, at any depth."""
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in json_keys(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in json_keys(v)}
+    return set()
+
+
+def test_format_md_manifest_example_has_the_keys_prepare_shards_writes(playground):
+    import json
+
+    text = (REPO / "docs" / "format.md").read_text()
+    block = text[text.index("## manifest.json"):].split("```json\n", 1)[1].split("```", 1)[0]
+    shown = set(re.findall(r'"(\w+)":', block))
+    m = json.loads((playground / "shards" / "manifest.json").read_text())
+    m["fixed"]["counts"] = {}  # keys that are data (fix kinds, WNIDs, split names), not the schema's
+    splits = m.pop("splits")
+    written = json_keys(m) | {k for s in splits.values() for k in json_keys({**s, "class_counts": {}})}
+    assert written - shown == set(), sorted(written - shown)  # every key it writes is shown
+    data = {"train", "val", "n01440764", "cmyk_to_rgb", "converted_from_png", "resized"}  # the example's own
+    assert shown - written - data == set(), sorted(shown - written - data)  # and nothing it does not write
+
+
 def test_audit_md_json_report_has_the_keys_audit_shards_writes(playground):
     from imagenet_shards.pipeline.audit.report import Problem
     from imagenet_shards.pipeline.audit.run import audit
@@ -528,14 +552,7 @@ def test_audit_md_json_report_has_the_keys_audit_shards_writes(playground):
     report.problems.append(Problem("shard_missing", "x.tar", None, "listed in the manifest but not there"))  # its fields
     report = report.to_dict()
 
-    def keys(obj) -> set[str]:
-        if isinstance(obj, dict):
-            return set(obj) | {k for v in obj.values() for k in keys(v)}
-        if isinstance(obj, list):
-            return {k for v in obj for k in keys(v)}
-        return set()
-
     splits = set(report["counts"]) | {"within_" + s for s in report["counts"]}
-    written = keys(report) - splits
+    written = json_keys(report) - splits
     assert written - shown == set(), sorted(written - shown)  # every key it writes is shown
     assert shown - written - {"train", "val", "within_train", "within_val"} == set()  # and nothing it does not
