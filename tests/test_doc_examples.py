@@ -15,41 +15,23 @@ README's "Where your copy came from" table is run row by row as well.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from imagenet_shards.pipeline.tools.synthetic.generate import generate
+from tests.fixtures.docs import BIN, DOCS, REPO, SCRIPTS, SUBSTITUTIONS, doc_env, fenced_blocks
 
-REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-BIN = Path(sys.executable).parent
-SCRIPTS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-SUBSTITUTIONS = [("/data/imagenet-shards", "shards")]
 TINY_TRAIN = ["--arch", "resnet18", "--res", "32", "--val-res", "36", "--val-crop", "32", "--batch-size", "8",
               "--epochs", "1", "--limit-batches", "2", "--workers", "0", "--device", "cpu", "--amp", "none",
               "--log-interval", "1", "--warmup-epochs", "0"]
 TINY_SYNTHETIC = ["--train-per-class", "6", "--val-per-class", "2"]
-SHARDS_COMMAND = ("prepare-shards --train ILSVRC2012_img_train.tar --val ILSVRC2012_img_val.tar "
-                  "--devkit ILSVRC2012_devkit_t12.tar.gz --out /data/imagenet-shards")
 PRELUDE = "rank, world, epochs = 0, 1, 1\nres_for = lambda epoch: 32\n"
 PYTHON_SHRINK = [("workers=8", "workers=1"), (", 256,", ", 8,"), ("res=176", "res=32")]
-
-
-def fenced_blocks():
-    """(doc, line, info string, body) of every fenced block."""
-    for doc in DOCS:
-        text = doc.read_text()
-        for m in FENCE.finditer(text):
-            yield doc, text[:m.start()].count("\n") + 1, m.group(1), m.group(2)
 
 
 def logical_lines(body: str) -> list[str]:
@@ -107,20 +89,9 @@ def allowed_exit(line: str) -> tuple[int, ...]:
     return (0, 1) if (our_command(line) or [""])[0] == "audit-shards" and "--expect" in line else (0,)
 
 
-@pytest.fixture(scope="module")
-def playground(tmp_path_factory) -> Path:
-    """A synthetic ImageNet in every layout the docs name, generated once."""
-    pytest.importorskip("pyarrow")
-    root = tmp_path_factory.mktemp("doc-playground")
-    generate(root, classes=4, train_per_class=6, val_per_class=2, seed=1, quirks=True,
-             layouts=("ilsvrc", "imagefolder", "kaggle", "classtars", "hf-targz", "hf-parquet"), progress=False)
-    data = root / "data"
-    data.mkdir()
-    for form in ("hf", "hf-parquet"):
-        for f in (root / form / "data").iterdir():
-            (data / f.name).symlink_to(f)
-    run_lines([SHARDS_COMMAND], root, "set-up")
-    return root
+@pytest.fixture
+def playground(doc_playground) -> Path:
+    return doc_playground
 
 
 def fresh_folder(playground: Path, tmp_path: Path, *, with_shards: bool = True) -> Path:
@@ -137,7 +108,7 @@ def fresh_folder(playground: Path, tmp_path: Path, *, with_shards: bool = True) 
 
 
 def run_lines(lines: list[str], work: Path, where: str) -> None:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    env = doc_env()
     for line in lines:
         cmd = shrink(line)
         r = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=600)
@@ -213,346 +184,3 @@ def test_documented_flags_exist():
             if flag.split("=")[0] not in helps[sub]:
                 missing.append(f"{where}: {' '.join(sub)} {flag}")
     assert not missing, missing
-
-
-# ----------------------------------------------------------------------------- claims checked against the code
-
-def markdown_table(doc: str, heading: str) -> list[list[str]]:
-    """The rows (cells, stripped) of the first table under `heading` in `doc`."""
-    text = (REPO / doc).read_text()
-    text = text[text.index(heading):]
-    lines = [line for line in text.split("\n\n", 3)[1:4] if line.startswith("|")][0].splitlines()
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]
-
-
-URL_TABLE = markdown_table("docs/storage.md", "## Which arguments take a URL")
-# Each argument of the table in a command that gets past argparse; {url} is where the URL goes. The
-# other arguments name nothing that exists, so an argument refused "at once" is refused before any
-# of them is looked at.
-URL_PROBES = {
-    ("prepare-shards", "--out"): "--train t.tar --val v.tar --devkit d.tgz --out {url}",
-    ("prepare-shards", "--train"): "--train {url} --val v.tar --devkit d.tgz --out o",
-    ("prepare-shards", "--val"): "--train t.tar --val {url} --devkit d.tgz --out o",
-    ("prepare-shards", "--test"): "--train t.tar --val v.tar --devkit d.tgz --test {url} --splits train,val,test --out o",
-    ("prepare-shards", "--devkit"): "--train t.tar --val v.tar --devkit {url} --out o",
-    ("prepare-shards", "--val-labels"): "--train t.tar --val v.tar --val-labels {url} --out o",
-    ("prepare-shards", "--staging"): "--train t.tar --val v.tar --devkit d.tgz --staging {url} --out memory://doc-url/o",
-    ("prepare-shards", "--classes"): "--train t.tar --val v.tar --devkit d.tgz --classes {url} --out o",
-    ("prepare-shards", "--train-list"): "--train t.tar --val v.tar --devkit d.tgz --train-list {url} --out o",
-    ("prepare-shards finalize", "OUT"): "finalize {url}",
-    ("prepare-shards adopt", "SRC"): "adopt {url} --out o",
-    ("prepare-shards adopt", "--out"): "adopt src --out {url}",
-    ("audit-shards", "DATA"): "{url}",
-    ("audit-shards", "--json"): "data --json {url}",
-    ("inspect-shards", "DATA"): "{url} --out o.png",
-    ("inspect-shards", "--out"): "data --out {url}",
-    ("inspect-shards", "--extract"): "data --key k --extract {url}",
-    ("bench-loader", "DATA"): "{url}",
-    ("bench-loader", "--peers"): "data --compare --peers {url}",
-    ("train-imagenet", "--data"): "--data {url} --out o",
-    ("train-imagenet", "--out"): "--data data --out {url}",
-    ("train-imagenet", "--cache-dir"): "--data data --out o --cache-dir {url}",
-    ("train-imagenet", "--weights"): "--data data --out o --weights {url}",
-    ("train-imagenet", "--resume"): "--data data --out o --resume {url}",
-    ("report-run", "RUN_DIR"): "{url}",
-    ("report-run", "--out"): "run --out {url}",
-    ("make-synthetic-imagenet", "OUT"): "{url} --classes 4",
-}
-REFUSED_AS_URL = re.compile(r"takes a local|not a URL|is read-only")
-
-
-def url_table_rows() -> list[tuple[str, str, bool]]:
-    """(command, argument, takes a URL) for every argument the table names (the library row aside)."""
-    rows = []
-    for command, arguments, answer in URL_TABLE:
-        if command != "the library":
-            rows += [(command.strip("`"), a.strip("` "), answer.startswith("yes")) for a in arguments.split(",")]
-    return rows
-
-
-def test_the_url_table_names_every_command_and_only_probed_arguments():
-    rows = url_table_rows()
-    assert {(c, a) for c, a, _ in rows} == set(URL_PROBES)
-    assert {c.split()[0] for c, _, _ in rows} == SCRIPTS - {"imagenet-shards-doctor"}  # doctor takes no path
-
-
-def _run_main(command: str, argv: list[str]) -> tuple[int, str]:
-    """The console script's main in this process: (exit code, stderr)."""
-    import contextlib
-    import importlib
-    import io
-
-    module, func = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"][command.split()[0]].split(":")
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            rc = getattr(importlib.import_module(module), func)(argv)
-        except SystemExit as e:
-            rc = e.code
-    return rc, err.getvalue()
-
-
-@pytest.mark.parametrize("command,argument,takes_url", url_table_rows(), ids=[f"{c} {a}" for c, a, _ in url_table_rows()])
-def test_the_url_table_says_what_each_command_does_with_a_url(tmp_path, monkeypatch, command, argument, takes_url):
-    monkeypatch.chdir(tmp_path)
-    template = URL_PROBES[(command, argument)]
-    rc, err = _run_main(command, shlex.split(template.format(url="s3://doc-url-table/x")))
-    if takes_url:  # not refused as a URL (it fails later: nothing is there; a memory:// URL needs no server)
-        rc, err = _run_main(command, shlex.split(template.format(url="memory://doc-url-table/x")))
-        assert not REFUSED_AS_URL.search(err), err
-    else:
-        assert rc == 2 and err.count("\n") == 1 and REFUSED_AS_URL.search(err), err
-        assert argument.lstrip("-").split()[0].lower() in err.lower() or argument in ("OUT",), err
-        assert list(tmp_path.iterdir()) == [], "a refused URL created something"
-        rc, err = _run_main(command, shlex.split(template.format(url=f"file://{tmp_path}/x")))
-        assert not REFUSED_AS_URL.search(err), err  # file:// names a local path
-    if command == "prepare-shards" and argument == "--out":
-        rc, err = _run_main(command, shlex.split(template.format(url="https://example.invalid/x")))
-        assert rc == 2 and "read-only" in err
-
-
-def all_parsers() -> dict[str, object]:
-    """Every command's argparse parser, by the name a user types (subcommands included)."""
-    import importlib
-
-    from imagenet_shards.pipeline.prepare import cli as prepare_cli
-
-    out = {name: importlib.import_module(ep.split(":")[0]).build_parser()
-           for name, ep in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"].items()}
-    out["prepare-shards finalize"] = prepare_cli.build_finalize_parser()
-    out["prepare-shards adopt"] = prepare_cli.build_adopt_parser()
-    return out
-
-
-def same_value(text: str, default) -> bool:
-    """Whether a default as the docs write it (`5e-5`, `longer:500`, `16`) is the parser's value."""
-    if isinstance(default, (int, float)) and not isinstance(default, bool):
-        try:
-            return float(text) == float(default)
-        except ValueError:
-            return False
-    return text == str(default)
-
-
-def test_help_states_each_default_as_the_parser_has_it():
-    """`--help`'s "(default V)" against the value argparse really defaults to (where it has one)."""
-    wrong = []
-    for command, parser in all_parsers().items():
-        for action in parser._actions:
-            m = re.search(r"\(default ([\w.:+-]+)[);,]", action.help or "")
-            if m and action.default is not None and not isinstance(action.default, bool) \
-                    and not same_value(m.group(1), action.default):
-                wrong.append(f"{command} {action.option_strings}: help says {m.group(1)}, default is {action.default!r}")
-    assert not wrong, wrong
-
-
-def test_training_md_synopsis_and_defaults_table_state_the_parsers_defaults():
-    from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS
-
-    defaults = {a.option_strings[0]: a.default for a in all_parsers()["train-imagenet"]._actions if a.option_strings}
-    defaults["--warmup-epochs"] = DEFAULT_WARMUP_EPOCHS  # resolved when the run starts (TrainConfig)
-    text = (REPO / "docs" / "training.md").read_text()
-    synopsis = next(body for doc, _, info, body in fenced_blocks() if doc.name == "training.md" and info == "text")
-    synopsis = synopsis[:synopsis.index("\ntorchrun")]  # train-imagenet's lines
-    examples = {"--end-res", "--ramp-epochs", "--resume"}  # values shown there as examples or choices, not defaults
-    claims = [(flag, value.split("|")[0]) for flag, value in re.findall(r"(--[a-z][\w-]*) ([a-z0-9][\w.:|-]*)", synopsis)
-              if flag not in examples]
-    claims += re.findall(r"(--[a-z][\w-]*) [A-Z]+ \(default ([\w.]+)\)", synopsis)
-    section = text[text.index("## Defaults and the choices behind them"):]
-    section = section[:section.index("\n## ")]
-    claims += re.findall(r"^\| `(--[a-z][\w-]*) ([a-z0-9][\w.:-]*)`", section, re.M)  # first column: `--flag V`
-    claims += re.findall(r"`(--[a-z][\w-]*) ([a-z0-9][\w.:-]*)` \(", section)  # `--warmup-epochs 2` (a quarter
-    assert len(claims) >= 15  # the synopsis and the table are really read
-    wrong = [f"{flag} {value} (default {defaults.get(flag)!r})" for flag, value in claims
-             if flag not in defaults or not same_value(value, defaults[flag])]
-    assert not wrong, wrong
-
-
-def test_prose_defaults_are_the_parsers():
-    """`--flag V` (default ...) anywhere in the docs, for a flag only one command has."""
-    owners: dict[str, list] = {}
-    for command, parser in all_parsers().items():
-        for action in parser._actions:
-            for flag in action.option_strings:
-                owners.setdefault(flag, []).append(action.default)
-    claims = [(doc.name, flag, value) for doc in DOCS
-              for flag, value in re.findall(r"`(--[a-z][\w-]*) ([\w.:-]+)`\s*\(default", doc.read_text())]
-    assert claims  # e.g. prepare.md's `--resize longer:500` (default; ...)
-    wrong = [c for c in claims if len(owners.get(c[1], [])) == 1 and not same_value(c[2], owners[c[1]][0])]
-    assert not wrong, wrong
-
-
-def test_the_dev_shm_formula_in_training_md_is_the_codes():
-    import inspect
-
-    from imagenet_shards.train.loader import make_loader
-    from imagenet_shards.train.loader.slots import ring_size
-    from imagenet_shards.train.trainer.host import BATCHES_PER_WORKER
-
-    text = " ".join((REPO / "docs" / "training.md").read_text().split())
-    m = re.search(r"`/dev/shm` must hold the batches in flight on the node: local ranks × workers × (\d+) \([^)]*"
-                  r"the DataLoader's prefetch of (\d+)", text)
-    assert m, "training.md's /dev/shm formula moved: update this test"
-    prefetch = inspect.signature(make_loader).parameters["prefetch_factor"].default
-    assert int(m.group(2)) == prefetch
-    assert int(m.group(1)) == BATCHES_PER_WORKER == ring_size(prefetch)
-
-
-def test_shards_are_the_bytes_of_webdataset_tarwriter_with_the_arguments_format_md_names(playground):
-    """docs/format.md: our tar bytes are `TarWriter(f, user="", group="", mode=0o644, mtime=0)`'s, and
-    TarWriter's own defaults (mode 0o444, user/group bigdata, mtime now) are not."""
-    import inspect
-    import io
-    import tarfile
-
-    import webdataset as wds
-
-    text = " ".join((REPO / "docs" / "format.md").read_text().split())
-    assert 'TarWriter(f, user="", group="", mode=0o644, mtime=0)' in text
-    assert "its defaults differ: mode 0o444, user and group `bigdata`, mtime the current time" in text
-    defaults = inspect.signature(wds.TarWriter).parameters
-    assert (defaults["mode"].default, defaults["user"].default, defaults["group"].default,
-            defaults["mtime"].default) == (0o444, "bigdata", "bigdata", None)
-    shard = sorted((playground / "shards" / "train").glob("*.tar"))[0]
-    ours = shard.read_bytes()
-    samples: dict[str, dict] = {}
-    with tarfile.open(shard) as tf:
-        for m in tf.getmembers():
-            key, ext = m.name.split(".", 1)
-            samples.setdefault(key, {"__key__": key})[ext] = tf.extractfile(m).read()
-    theirs = io.BytesIO()
-    with wds.TarWriter(theirs, user="", group="", mode=0o644, mtime=0, encoder=False) as w:
-        for sample in samples.values():
-            w.write(sample)
-    assert theirs.getvalue() == ours
-
-
-def test_readme_names_every_module_where_it_lives():
-    """README's "Where things are": each package folder's row names every module in it (and nothing
-    that is gone); each top-level module of pipeline/ has its own row."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Where things are"):]
-    rows = dict(re.findall(r"^\| `([\w/.]+)` \| (.*) \|$", section[:section.index("\n## ", 3)], re.M))
-    wrong = []
-    for top in ("pipeline", "train"):
-        for folder in sorted(p for p in (REPO / top).iterdir() if (p / "__init__.py").exists()):
-            row = rows.get(f"{top}/{folder.name}/")
-            if row is None:
-                wrong.append(f"no row for {top}/{folder.name}/")
-                continue
-            named = set(re.findall(r"`(\w+)(?:\.c|/)?`", row))
-            for f in sorted(folder.rglob("*")):
-                if f.suffix in (".py", ".c") and f.stem not in ("__init__", "__main__") or f.is_dir() and (f / "__init__.py").exists():
-                    if f.name != "__pycache__" and f.stem not in named:
-                        wrong.append(f"{f.relative_to(REPO)} is not named in README's row for {top}/{folder.name}/")
-            for name in named - {f.stem for f in folder.rglob("*")} - {"make_loader"}:  # a function, named as such
-                wrong.append(f"README's row for {top}/{folder.name}/ names `{name}`, which is not there")
-    for f in sorted((REPO / "pipeline").glob("*.py")):
-        if f.stem != "__init__" and f"pipeline/{f.name}" not in rows:
-            wrong.append(f"no row for pipeline/{f.name}")
-    assert not wrong, wrong
-
-
-def test_readme_shows_the_line_doctor_prints():
-    """The same fields in the same order as `imagenet-shards-doctor --brief` prints (values masked)."""
-    def shape(line: str) -> str:
-        line = re.sub(r"\((pillow-simd|plain Pillow)\)", "(PIL)", line)
-        line = re.sub(r"libjpeg(-turbo)? [\d.]+( \(not turbo\))?", "libjpeg", line)
-        line = re.sub(r"not built|built", "B", line)
-        line = re.sub(r"\b(yes|no)\b", "Y", line)
-        return re.sub(r"-> .*", "-> R", re.sub(r"\d[\w.+]*", "V", line))
-
-    text = (REPO / "README.md").read_text()
-    shown = next(line for line in text.splitlines() if line.startswith("PIL ") and "torchvision" in line)
-    r = subprocess.run([str(BIN / "imagenet-shards-doctor"), "--brief"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and shape(shown) == shape(r.stdout.strip()), (shown, r.stdout)
-
-
-def test_code_the_docs_cite_by_name_exists():
-    """Every `module.name` the docs cite (`decode.AUG_NAMES`, `format.keys.junk_name`,
-    `imagenet_shards.pipeline.storage.fs.open_url`) is there: a module of ours whose dotted path ends
-    so, holding that attribute. File names and manifest/config field paths are not code."""
-    import importlib
-
-    modules = []
-    for top in ("pipeline", "train"):
-        for f in (REPO / top).rglob("*.py"):
-            parts = ("imagenet_shards", top, *f.relative_to(REPO / top).with_suffix("").parts)
-            modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    modules.append("imagenet_shards.manifests")  # data files, a package all the same (pyproject's package-dir)
-    not_code = {"manifest", "config", "loader", "train", "pipeline"}  # manifest.fixed, config.subset, loader.stats
-    missing = []
-    for doc in DOCS:
-        for ref in re.findall(r"`((?:[a-z_][a-z0-9_]*\.)+[A-Za-z_]\w*)(?:\(\))?`", doc.read_text()):
-            parts = ref.split(".")
-            if parts[-1] in ("py", "md", "json", "png", "c") or parts[0] in not_code:
-                continue
-            absolute = parts[0] == "imagenet_shards"
-            if not absolute and not any(m.endswith("." + parts[0]) for m in modules):
-                continue  # not a name of ours (meta.mat, pyproject.toml)
-            found = False
-            for i in range(len(parts), 0, -1):
-                prefix = ".".join(parts[:i])
-                for mod in (m for m in modules + ["imagenet_shards"] if m == prefix or not absolute and m.endswith("." + prefix)):
-                    obj = importlib.import_module(mod)
-                    found = found or all((obj := getattr(obj, a, None)) is not None for a in parts[i:])
-                if found:
-                    break
-            if not found:
-                missing.append(f"{doc.name}: `{ref}`")
-    assert not missing, missing
-
-
-def test_training_md_default_formulas_are_the_codes():
-    """The defaults table's formulas and worked examples, computed with the code that applies them."""
-    from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS, default_warmup
-    from imagenet_shards.train.trainer.host import default_workers
-    from imagenet_shards.train.trainer.schedule import default_ramp
-
-    text = " ".join((REPO / "docs" / "training.md").read_text().split())
-    for cores, gpus, want in re.findall(r"(\d+) cores, (\d+) GPUs?: (\d+)", text):  # `--workers` examples
-        assert default_workers(int(cores), int(gpus), cuda=True) == int(want), (cores, gpus, want)
-    a, b = (float(x) for x in re.search(r"Default ramp: A = ⌊([\d.]+)·epochs⌋, B = ⌊([\d.]+)·epochs⌋", text).groups())
-    assert all(default_ramp(e) == (int(a * e), int(b * e)) for e in (1, 5, 16, 40, 88))
-    assert f"`--warmup-epochs {DEFAULT_WARMUP_EPOCHS:g}` (a quarter of `--epochs` when that is shorter)" in text
-    assert [default_warmup(e) for e in (4, 8, 16)] == [1.0, 2, 2]
-
-
-def json_keys(obj) -> set[str]:
-    """Every key of a JSON value, at any depth."""
-    if isinstance(obj, dict):
-        return set(obj) | {k for v in obj.values() for k in json_keys(v)}
-    if isinstance(obj, list):
-        return {k for v in obj for k in json_keys(v)}
-    return set()
-
-
-def test_format_md_manifest_example_has_the_keys_prepare_shards_writes(playground):
-    import json
-
-    text = (REPO / "docs" / "format.md").read_text()
-    block = text[text.index("## manifest.json"):].split("```json\n", 1)[1].split("```", 1)[0]
-    shown = set(re.findall(r'"(\w+)":', block))
-    m = json.loads((playground / "shards" / "manifest.json").read_text())
-    m["fixed"]["counts"] = {}  # keys that are data (fix kinds, WNIDs, split names), not the schema's
-    splits = m.pop("splits")
-    written = json_keys(m) | {k for s in splits.values() for k in json_keys({**s, "class_counts": {}})}
-    assert written - shown == set(), sorted(written - shown)  # every key it writes is shown
-    data = {"train", "val", "n01440764", "cmyk_to_rgb", "converted_from_png", "resized"}  # the example's own
-    assert shown - written - data == set(), sorted(shown - written - data)  # and nothing it does not write
-
-
-def test_audit_md_json_report_has_the_keys_audit_shards_writes(playground):
-    from imagenet_shards.pipeline.audit.report import Problem
-    from imagenet_shards.pipeline.audit.run import audit
-
-    block = next(body for doc, _, info, body in fenced_blocks() if doc.name == "audit.md" and info == "json")
-    shown = set(re.findall(r'"(\w+)":', block))
-    report = audit(str(playground / "shards"), workers=1, progress=False)
-    report.problems.append(Problem("shard_missing", "x.tar", None, "listed in the manifest but not there"))  # its fields
-    report = report.to_dict()
-
-    splits = set(report["counts"]) | {"within_" + s for s in report["counts"]}
-    written = json_keys(report) - splits
-    assert written - shown == set(), sorted(written - shown)  # every key it writes is shown
-    assert shown - written - {"train", "val", "within_train", "within_val"} == set()  # and nothing it does not

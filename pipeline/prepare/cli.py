@@ -172,10 +172,7 @@ def format_summary(s: dict) -> str:
                          f" + {v['skipped']} skipped (non-images)"
                          + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else ""))
             if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
-                short = sorted(v["short_classes"].items())
-                lines.append(f"  {split}: {len(short)} class{'es' * (len(short) != 1)} short of what was drawn: " + ", ".join(
-                    f"{w} {c['samples']} of {c['drawn']} ({', '.join(f'{r} {n}' for r, n in c['reasons'].items())})"
-                    for w, c in short[:5]) + (f" and {len(short) - 5} more (manifest: short_classes)" if len(short) > 5 else ""))
+                lines.append(f"  {split}: " + short_classes_text(v["short_classes"]))
         if s["rejected_by_reason"]:
             lines.append("  rejected/skipped by reason: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_reason"].items())))
@@ -189,6 +186,15 @@ def format_summary(s: dict) -> str:
         lines.append(f"  this run: built {s['shards_built']} shards, reused {s['shards_reused']} verified ones, "
                      f"{s['images_processed']:,} images at {s['images_per_s']:,.0f} img/s, wall {s['wall_s']:.1f} s")
     return "\n".join(lines)
+
+
+def short_classes_text(short: dict, most: int = 5) -> str:
+    """The classes a draw left short, as the summary names them: `n01440764 8 of 9 (truncated 1)`."""
+    items = sorted(short.items())
+    named = ", ".join(f"{w} {c['samples']} of {c['drawn']} ({', '.join(f'{r} {n}' for r, n in c['reasons'].items())})"
+                      for w, c in items[:most])
+    more = f" and {len(items) - most} more (manifest: short_classes)" if len(items) > most else ""
+    return f"{len(items)} class{'es' * (len(items) != 1)} short of what was drawn: {named}{more}"
 
 
 def one_line(error) -> str:
