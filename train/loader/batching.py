@@ -26,6 +26,28 @@ class BadSampleError(ValueError):
     """A sample could not be used (strict mode): the message names the key and the shard."""
 
 
+def with_counts(records: Iterable, counts: Iterable[int], first: int = 0) -> Iterator[tuple]:
+    """(record, how many times to emit it, the first copy's number) in read order (repeated
+    augmentation); ``first`` is the first record's: a worker whose range starts inside a sample's
+    copies emits the later ones."""
+    for i, (rec, n) in enumerate(zip(records, counts)):
+        if n > 0:
+            yield rec, n, first if i == 0 else 0
+
+
+def expand_counts(triples: Iterable[tuple]) -> Iterator:
+    """Each record of (record, n, first) n times in a row, numbered ``first, first + 1, ...``
+    (``Record.copy``: the copies of a sample get different crops); anything else (a stand-in, a
+    position) is repeated as it is."""
+    for rec, n, first in triples:
+        if isinstance(rec, Record):
+            for k in range(n):
+                yield rec._replace(copy=first + k)
+        else:
+            for _ in range(n):
+                yield rec
+
+
 def shuffle_buffer(items: Iterable, size: int, rng: random.Random, initial: int = 100) -> Iterator:
     """Bounded shuffle (webdataset's scheme): fill to ``initial``, then yield a random element per
     element read while growing to ``size``. Memory: ``size`` raw records."""
@@ -62,6 +84,7 @@ class DecodeConfig:
     hflip: bool = True
     decoder: str = "pil"
     aug: str | None = None
+    val_ratio: float | None = None  # FFCV's centre crop of this ratio, resized to val_crop (decode_val)
 
     @property
     def out_size(self) -> int:
@@ -87,16 +110,19 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
                 out[...] = img
                 img = out
     else:
-        img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out)
+        img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out,
+                             ratio=cfg.val_ratio)
     return img, label
 
 
 def sample_rng(seed: int, rec: Record) -> random.Random:
     """The random stream of one sample's crop and augmentation in one epoch: a function of the epoch's
-    ``seed`` and the sample's place in the split (``rec.shard``, ``rec.index``) alone. So crops do not
-    depend on the rank, the worker or what that worker decoded before, and a resumed epoch can
-    start anywhere without replaying the decodes it skips (about 3 µs per sample to make)."""
-    return random.Random((seed << 64) | ((rec.shard & 0xFFFFFFFF) << 32) | (rec.index & 0xFFFFFFFF))
+    ``seed``, the sample's place in the split (``rec.shard``, ``rec.index``) and, with repeated
+    augmentation, which copy it is (``rec.copy``). So crops do not depend on the worker or on what
+    it decoded before, and a resumed epoch can start anywhere without replaying the decodes it
+    skips (a few µs per sample to make: seeding Python's Mersenne Twister)."""
+    return random.Random((seed << 96) | ((rec.copy & 0xFFFFFFFF) << 64) | ((rec.shard & 0xFFFFFFFF) << 32)
+                         | (rec.index & 0xFFFFFFFF))
 
 
 def _new_batch(n: int, size: int, shared: bool, ring: SlotRing | None) -> tuple[torch.Tensor, int, int, bool]:
@@ -128,6 +154,7 @@ class BatchInfo(NamedTuple):
     slot: int = -1      # main process writes into the release board once the batch is gone (slots.py)
     token: int = 0
     recycled: bool = False  # the batch is in a block an earlier batch used (no fresh shared memory)
+    keys: tuple = ()        # eval only: the samples' keys, in batch order (ReaL labels match by key)
     position: StreamPosition = StreamPosition()  # the worker's position after this batch
     fingerprint: tuple = (0, 0)  # (samples, key hash) of this batch, repeats included (fingerprint.py)
 
@@ -220,8 +247,8 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
         if filled < n:
             images, labels = images[:filled], labels[:filled]
         prev = (images, labels, keys, filled)  # the ring never hands out the previous batch's block again
-        info = BatchInfo(tuple(formed.bad), dup, ring.worker if ring else 0, slot, token, recycled, pos,
-                         fingerprint.of_keys(keys))
+        info = BatchInfo(tuple(formed.bad), dup, ring.worker if ring else 0, slot, token, recycled,
+                         keys=() if fill else tuple(keys), position=pos, fingerprint=fingerprint.of_keys(keys))
         yield images, labels, info
 
 

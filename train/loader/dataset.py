@@ -22,11 +22,10 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader import fingerprint, position
-from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, batches, shuffle_buffer
+from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, batches
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, pieces_at
-from imagenet_shards.train.loader.position import (EpochProgress, consumed_stream, crop_seed, resume_stream,
-                                                   shuffle_seed)
+from imagenet_shards.train.loader.position import EpochProgress, crop_seed, resume_stream
 from imagenet_shards.train.loader.reading import open_url, read_pieces
 from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board
 
@@ -48,7 +47,7 @@ class ShardDataset(IterableDataset):
 
     def __init__(self, shards: list[Shard], *, batch_size: int, cfg: DecodeConfig, workers: int, seed: int,
                  rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0,
-                 cache: ShardCache | None = None, prefetch_factor: int = 4):
+                 cache: ShardCache | None = None, prefetch_factor: int = 4, repeats: int = 1):
         self.shards = shards
         self.opener = cache.open if cache is not None else open_url
         # what imagenet_shards.pipeline.storage.fs was told in this process (storage options, retry policy), for
@@ -58,6 +57,7 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.cfg, self.workers = batch_size, cfg, workers
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle_buffer, self.strict = shuffle_buffer, strict
+        self.repeats = repeats
         # epoch, resolution, the epoch a resume position applies to, the epoch the rest plan applies to
         self.state = torch.tensor([epoch, cfg.res, -1, -1], dtype=torch.int64).share_memory_()
         self.resume_at = torch.zeros((max(1, workers), len(StreamPosition._fields)), dtype=torch.int64).share_memory_()
@@ -72,7 +72,7 @@ class ShardDataset(IterableDataset):
         rest = self.remaining.numpy() if int(self.state[REST]) == epoch else None
         return epoch_plan(self.sizes, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size,
                           workers=max(1, self.workers), train=self.cfg.train, seed=self.seed, epoch=epoch,
-                          remaining=rest)
+                          repeats=self.repeats, remaining=rest)
 
     def start_position(self, epoch: int, worker: int) -> StreamPosition | None:
         """Where plan worker ``worker`` resumes ``epoch`` (None: at its start)."""
@@ -101,26 +101,30 @@ class ShardDataset(IterableDataset):
             storage.restore_options(self.storage_state[0])
             storage.set_retry_policy(self.storage_state[1])
         start = self.start_position(epoch, worker) if cfg.train else None
-        order: list[int] = []
+        seed = position.stream_seed(self.seed, epoch, self.rank, worker, plan)
+        n = sum(p.stop - p.start for p in plan.pieces)
+        order, skip = [], frozenset()
         if start is not None and start.taken:
-            n = sum(p.stop - p.start for p in plan.pieces)
-            order = consumed_stream(n, self.shuffle_buffer, shuffle_seed(self.seed, epoch, self.rank, worker),
-                                    start.taken)
-        records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=frozenset(order))
+            order = position.consumed_stream(plan, n, self.shuffle_buffer, seed, start.taken)
+            skip = position.skippable(plan, n, order)
+        records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip)
         if cfg.train:
-            records = shuffle_buffer(records, self.shuffle_buffer,
-                                     random.Random(shuffle_seed(self.seed, epoch, self.rank, worker)))
+            records = position.worker_stream(records, plan, self.shuffle_buffer, seed)
         if order:
-            records = resume_stream(records, start.taken)
+            records = resume_stream(records, start.taken, exact=plan.shuffle_key is None)
         aug = dec.make_aug(cfg.aug) if cfg.train else None
         if info is not None and self._ring is None:
             self._ring = SlotRing(self.board, info.id)
 
         def refill():  # the records of the batch a starved batch repeats, read again (rare: spares ran out)
-            wanted = order[start.refill_start:start.refill_stop]
-            return read_pieces(self.shards, pieces_at(plan.pieces, wanted), opener=self.opener)
+            a, b = start.refill_start, start.refill_stop
+            copies = position.copy_numbers(plan, order, a, b)
+            records = read_pieces(self.shards, pieces_at(plan.pieces, order[a:b]), opener=self.opener)
+            return (rec._replace(copy=c) for rec, c in zip(records, copies))
 
-        yield from batches(iter(records), plan.batch_sizes, cfg, crop_seed(self.seed, epoch), fill=cfg.train,
+        # repeated augmentation: the copies of a sample on different ranks get different crops
+        crops = crop_seed(self.seed, epoch, self.rank if plan.shuffle_key is not None else None)
+        yield from batches(iter(records), plan.batch_sizes, cfg, crops, fill=cfg.train,
                            strict=self.strict, shared=info is not None, aug=aug,
                            ring=self._ring if info is not None else None, start=start, refill=refill)
 
@@ -148,8 +152,9 @@ class ShardLoader:
     n-th batch of the iteration: what a mid-epoch checkpoint saves and ``resume`` continues from."""
 
     def __init__(self, dataset: ShardDataset, *, workers: int, pin_memory: bool, persistent_workers: bool,
-                 prefetch_factor: int):
+                 prefetch_factor: int, keys: bool = False):
         self.dataset = dataset
+        self.keys = keys  # yield (images, labels, keys): the val samples' keys (ReaL labels)
         kw = {}
         if workers > 0:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
@@ -198,7 +203,7 @@ class ShardLoader:
         d = self.dataset
         rest = int(d.state[REST]) == self.epoch
         return {"world_size": d.world_size, "workers": max(1, d.workers), "batch_size": d.batch_size,
-                "shuffle_buffer": d.shuffle_buffer, "seed": d.seed, "sizes": list(d.sizes),
+                "shuffle_buffer": d.shuffle_buffer, "seed": d.seed, "sizes": list(d.sizes), "repeats": d.repeats,
                 "remaining": position.pack(d.remaining.numpy()) if rest else None}
 
     def position(self, batches: int | None = None) -> dict:
@@ -221,8 +226,8 @@ class ShardLoader:
         d = self.dataset
         epoch = int(positions[0]["epoch"])
         for name, mine in (("sizes", list(d.sizes)), ("batch_size", d.batch_size), ("seed", d.seed),
-                           ("shuffle_buffer", d.shuffle_buffer)):
-            if plan[name] != mine:
+                           ("shuffle_buffer", d.shuffle_buffer), ("repeats", d.repeats)):
+            if plan.get(name, 1 if name == "repeats" else None) != mine:
                 shown = (f"{len(plan[name])} shards of {sum(plan[name])} samples", f"{len(mine)} of {sum(mine)}") \
                     if name == "sizes" else (plan[name], mine)
                 raise PlanError(f"the saved loader position is for {name} {shown[0]}, this loader has {shown[1]}")
@@ -238,6 +243,11 @@ class ShardLoader:
             d.state[RESUMED] = epoch
             self._start = mine
             return {"exact": True, "samples_left": None}
+        if d.repeats > 1:
+            raise PlanError(f"repeated augmentation (x{d.repeats}) cannot continue an epoch on another world size or "
+                            f"--workers ({plan['world_size']} x {plan['workers']} there, {d.world_size} x "
+                            f"{max(1, d.workers)} here): its copies are laid out per rank; resume with the same "
+                            f"layout, or from the epoch-end checkpoint")
         rest = ~position.consumed_mask(list(d.sizes), plan, positions)
         d.remaining.copy_(torch.from_numpy(rest))
         d.state[REST], d.state[RESUMED] = epoch, -1
@@ -278,7 +288,7 @@ class ShardLoader:
                 stats["batches"] += 1
                 progress.add(info, len(labels), stream=(info.worker + rotation) % streams)
                 stats["fingerprint"] = progress.fingerprint
-                yield images, labels
+                yield (images, labels, info.keys) if self.keys else (images, labels)
         finally:
             if int(self.dataset.state[RESUMED]) == epoch:  # a resume position serves one iteration
                 self.dataset.state[RESUMED] = -1
@@ -290,13 +300,17 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 val_resize: int = 256, val_crop: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                 hflip: bool = True, decoder: str = "auto", aug: str | None = None, shuffle_buffer: int = 2000,
                 pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int = 4,
-                strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None) -> ShardLoader:
+                strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
+                val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False) -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
     Otherwise: centre crops, manifest order, every sample exactly once (see docs/loader.md).
     ``cache_dir``: keep local copies of remote shards there, at most ``cache_bytes`` (default 90%
-    of that disk), least recently used evicted first (``cache.ShardCache``)."""
+    of that disk), least recently used evicted first (``cache.ShardCache``). ``val_crop_ratio``:
+    FFCV's val centre crop (that fraction of the shorter side, resized to ``val_crop``) instead of
+    resize + crop. ``repeats`` > 1: repeated augmentation in train (``plan.repeated_plan``).
+    ``keys``: eval batches come as (images, labels, keys)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -305,15 +319,18 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    if val_crop > val_resize:
+    if val_crop > val_resize and val_crop_ratio is None:
         raise ValueError(f"val_crop {val_crop} is larger than val_resize {val_resize}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     dec.make_aug(aug)  # validate the name early
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
-                       ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug)
+                       ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
+                       val_ratio=val_crop_ratio)
     shards = split_shards(read_manifest(data), data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
                            world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch,
-                           cache=cache, prefetch_factor=prefetch_factor)
+                           cache=cache, prefetch_factor=prefetch_factor, repeats=repeats)
     return ShardLoader(dataset, workers=workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
-                       prefetch_factor=prefetch_factor)
+                       prefetch_factor=prefetch_factor, keys=keys and not train)

@@ -5,15 +5,15 @@ seeded by ``(seed, epoch, rank, worker)``, each decoded with its own random stre
 (``batching.sample_rng``). So its position is a handful of numbers (``StreamPosition``: batches
 yielded, records taken, the batch a starved batch repeats), and resuming it costs no decoding:
 
-* ``consumed_stream`` replays the shuffle on sample *positions* (numbers, not records) to find
-  which records the first ``taken`` outputs were: about a microsecond per record of the worker's
-  range (the whole range, a few ms for 10,000 records);
+* ``consumed_stream`` replays the worker's stream (``worker_stream``: the shuffle, and repeated
+  augmentation's copies) on sample *positions* (numbers, not records) to find which records the
+  first ``taken`` outputs were: under a microsecond per record;
 * ``reading.read_pieces(skip=...)`` passes over those records without reading their bytes (a
   piece consumed whole is not even opened; elsewhere the tar headers are read and the member bytes
   seeked over, or streamed and dropped where the store cannot seek);
-* ``resume_stream`` runs the same shuffle over the records and stand-ins and drops the first
-  ``taken`` outputs, which must all be stand-ins (checked: a position that does not fit the plan
-  is an error, never a silent misalignment).
+* ``resume_stream`` runs the same stream over the records and stand-ins and drops the first
+  ``taken`` outputs; a stand-in after them is an error (a position that does not fit the plan),
+  never a silent misalignment.
 
 Under another layout (world size or workers) the old streams cannot continue; ``consumed_mask``
 gives every sample the epoch has used, and ``plan.rest_plan`` shares out the others exactly once.
@@ -24,14 +24,15 @@ with snapshots of the last few batches (the prefetcher holds one batch ahead of 
 from __future__ import annotations
 
 import collections
+import itertools
 import random
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from imagenet_shards.train.loader import fingerprint
-from imagenet_shards.train.loader.batching import BatchInfo, StreamPosition, shuffle_buffer
-from imagenet_shards.train.loader.plan import epoch_plan, sample_ids
+from imagenet_shards.train.loader.batching import BatchInfo, StreamPosition, expand_counts, shuffle_buffer, with_counts
+from imagenet_shards.train.loader.plan import WorkerPlan, epoch_plan, repeat_counts, sample_ids
 from imagenet_shards.train.loader.reading import SKIPPED
 
 SNAPSHOTS = 4  # batches of history kept: the prefetcher's one batch ahead, and some margin
@@ -42,38 +43,76 @@ def seed_of(*parts: int) -> int:
     return int(np.random.SeedSequence([p & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0])
 
 
-def shuffle_seed(seed: int, epoch: int, rank: int, worker: int) -> int:
-    """The seed of one worker's shuffle buffer in one epoch."""
+def stream_seed(seed: int, epoch: int, rank: int, worker: int, plan: WorkerPlan) -> int:
+    """The seed of one worker's shuffle buffer in one epoch. Repeated augmentation: ranks that read
+    the same samples (the same ``plan.shuffle_key``) shuffle them alike, so copies share a step."""
+    if plan.shuffle_key is not None:
+        return seed_of(seed, epoch, plan.shuffle_key, worker, 3)
     return seed_of(seed, epoch, rank, worker, 1)
 
 
-def crop_seed(seed: int, epoch: int) -> int:
+def crop_seed(seed: int, epoch: int, rank: int | None = None) -> int:
     """The epoch's seed of every sample's random stream (``batching.sample_rng``): the same on all
-    ranks and workers, so a sample's crop does not depend on who reads it."""
-    return seed_of(seed, epoch, 2)
+    ranks and workers, so a sample's crop does not depend on who reads it; with repeated
+    augmentation (``rank`` given) one per rank, so the copies of a sample on two ranks differ."""
+    return seed_of(seed, epoch, 2) if rank is None else seed_of(seed, epoch, 2, rank)
 
 
-def consumed_stream(n: int, buffer: int, seed: int, taken: int) -> list[int]:
-    """Positions (0..n-1 in the worker's piece order) of the first ``taken`` records its shuffle
-    emits: the same shuffle run on numbers instead of records."""
+def worker_stream(items: Iterable, plan: WorkerPlan, buffer: int, seed: int) -> Iterator:
+    """The order a train worker emits its ``items`` (records, stand-ins, or just positions) in: the
+    bounded shuffle; with repeated augmentation each item ``repeat`` times in a row after it. The one
+    definition the loader and the position replay share."""
+    rng = random.Random(seed)
+    if plan.shuffle_key is not None:
+        triples = with_counts(items, repeat_counts(plan), first=plan.repeat - plan.head)
+        return expand_counts(shuffle_buffer(triples, buffer, rng))
+    return shuffle_buffer(items, buffer, rng)
+
+
+def consumed_stream(plan: WorkerPlan, n: int, buffer: int, seed: int, taken: int) -> list[int]:
+    """Positions (0..n-1 in the worker's piece order) of the first ``taken`` records its stream
+    emits: the same stream run on numbers instead of records."""
     if taken <= 0:
         return []
+    return list(itertools.islice(worker_stream(range(n), plan, buffer, seed), taken))
+
+
+def skippable(plan: WorkerPlan, n: int, consumed: list[int]) -> frozenset:
+    """The positions whose every emission is among ``consumed``: their bytes need not be read. (With
+    repeated augmentation a sample whose copies straddle the cut is read: its later copies follow.)"""
+    if plan.shuffle_key is None:
+        return frozenset(consumed)
+    counts = repeat_counts(plan)
+    seen = collections.Counter(consumed)
+    return frozenset(p for p, c in seen.items() if c >= counts[p])
+
+
+def copy_numbers(plan: WorkerPlan, order: list[int], start: int, stop: int) -> list[int]:
+    """``Record.copy`` of the stream's records ``start..stop-1`` (``order``: the positions it emitted):
+    how many copies of the same sample came before (repeated augmentation; 0 otherwise)."""
+    if plan.shuffle_key is None:
+        return [0] * (stop - start)
+    before = collections.Counter(order[:start])
+    first = plan.repeat - plan.head
     out = []
-    for i in shuffle_buffer(range(n), buffer, random.Random(seed)):
-        out.append(i)
-        if len(out) == taken:
-            break
+    for p in order[start:stop]:
+        out.append(before[p] + (first if p == 0 else 0))
+        before[p] += 1
     return out
 
 
-def resume_stream(records: Iterator, taken: int) -> Iterator:
-    """``records`` (the shuffled stream, consumed records as ``SKIPPED``) without its first ``taken``;
-    RuntimeError if those are not exactly the stand-ins (a position that does not fit this plan)."""
+def resume_stream(records: Iterator, taken: int, exact: bool = True) -> Iterator:
+    """``records`` (the worker's stream, consumed records as ``SKIPPED``) without its first ``taken``;
+    RuntimeError if a stand-in comes after them or (``exact``: no repeated augmentation, whose
+    straddling sample is read) a real record among them: a position that does not fit this plan."""
     for i, rec in enumerate(records):
-        if (rec is SKIPPED) != (i < taken):
+        if exact and i < taken and rec is not SKIPPED:
             raise RuntimeError(f"the resumed loader position does not fit this epoch's plan (record {i} of the "
                                f"stream, {taken} consumed): the checkpoint was made with other data or settings")
         if i >= taken:
+            if rec is SKIPPED:
+                raise RuntimeError(f"the resumed loader position does not fit this epoch's plan (record {i} of the "
+                                   f"stream, {taken} consumed): the checkpoint was made with other data or settings")
             yield rec
 
 
@@ -92,8 +131,8 @@ def consumed_mask(sizes: list[int], plan: dict, positions: list[dict]) -> np.nda
         for w, (wp, state) in enumerate(zip(plans, pos["workers"])):
             taken = StreamPosition(*state).taken
             ids = sample_ids(sizes, wp.pieces)
-            mask[ids[consumed_stream(len(ids), plan["shuffle_buffer"], shuffle_seed(plan["seed"], epoch, rank, w),
-                                     taken)]] = True
+            seed = stream_seed(plan["seed"], epoch, rank, w, wp)
+            mask[ids[consumed_stream(wp, len(ids), plan["shuffle_buffer"], seed, taken)]] = True
     return mask
 
 

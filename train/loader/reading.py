@@ -20,8 +20,8 @@ _FIELDS = ("jpg", "cls")  # what a sample needs; other members (.json) are skipp
 class Record(NamedTuple):
     """One sample's raw bytes (None where the member is missing), the (redacted) URL of its shard,
     and where it sits: the shard's index in the split and the sample's index in the shard (-1 when
-    not known). (shard, index) seeds the sample's random crop, so a crop does not depend on which
-    rank or worker reads the sample, or on what was read before it."""
+    not known). (shard, index, copy) seeds the sample's random crop, so a crop does not depend on
+    which worker reads the sample, or on what was read before it."""
 
     key: str
     url: str
@@ -29,6 +29,7 @@ class Record(NamedTuple):
     cls: bytes | None
     shard: int = -1
     index: int = -1
+    copy: int = 0   # repeated augmentation: which of the sample's copies in the epoch this is
 
 
 class _Skipped:

@@ -60,7 +60,7 @@ def resume_epoch(state: dict, config: TrainConfig, info: DistInfo, parts, prefet
         sums = list(ranks[info.rank]["sums"]) if state["world_size"] == info.world_size else [0.0, 0, 0]
         step = epoch * spe + epoch_step
     else:
-        rest = len(parts.train_loader)
+        rest = len(parts.train_loader) // max(1, config.accumulate)
         epoch_step = max(0, spe - rest)  # the epoch ends on this run's step grid: later epochs are its own
         step = epoch * spe + epoch_step
         ckpt.set_schedule(parts, step)
@@ -69,7 +69,8 @@ def resume_epoch(state: dict, config: TrainConfig, info: DistInfo, parts, prefet
     _, allowed = config_changes(state.get("config") or {}, ckpt._plain(ckpt.saved_config(config)))
     changed = {k: v for k, v in layout.items() if v[0] != v[1]}
     return epoch_step, sums, step, {"exact": summary["exact"], "samples_left": summary["samples_left"],
-                                    "steps_left": len(parts.train_loader), "changed": changed,
+                                    "steps_left": len(parts.train_loader) // max(1, config.accumulate),
+                                    "changed": changed,
                                     "settings_changed": allowed}
 
 
