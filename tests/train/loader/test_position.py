@@ -63,8 +63,17 @@ def test_rest_plan_covers_every_remaining_sample_once(sizes, world, workers, bs)
 def test_consumed_stream_is_the_shuffle_on_positions():
     items = [f"rec{i}" for i in range(300)]
     shuffled = list(D.shuffle_buffer(items, 64, random.Random(9)))
+    plan = D.WorkerPlan((D.Piece(0, 0, 300),), (4,) * 75)
     for taken in (0, 1, 99, 300):
-        assert [items[i] for i in position.consumed_stream(300, 64, 9, taken)] == shuffled[:taken]
+        assert [items[i] for i in position.consumed_stream(plan, 300, 64, 9, taken)] == shuffled[:taken]
+    # repeated augmentation: the same stream, copies included, on positions as on records
+    (ra,) = D.epoch_plan([300], batch_size=4, rank=0, world_size=1, workers=1, train=True, repeats=3)
+    n = sum(p.stop - p.start for p in ra.pieces)
+    stream = list(position.worker_stream(items[:n], ra, 64, 9))
+    assert [items[i] for i in position.consumed_stream(ra, n, 64, 9, 50)] == stream[:50]
+    order = position.consumed_stream(ra, n, 64, 9, 50)
+    skip = position.skippable(ra, n, order)
+    assert skip <= set(order) and len(set(order) - skip) <= 1  # at most one sample straddles the cut
 
 
 def test_epoch_sequence_is_the_plan_order():
@@ -191,3 +200,37 @@ def test_val_fingerprint_is_every_key_once(tmp_path):
         list(ld)
         fps.append(ld.stats["fingerprint"])
     assert fingerprint.combine(*fps) == fingerprint.of_keys(sample_key("val", i, i % C) for i in range(23))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_with_repeated_augmentation_is_exact(tmp_path, workers):
+    """x3 copies of each sample, in a row: cut anywhere (also between two copies of a sample), the
+    rest of the epoch is the uninterrupted one. (The copies' crops differ: see the next test.)"""
+    data = str(write_shard_set(tmp_path / "out", train=40, shard_samples=9, num_classes=C, size=(32, 24)))
+    kw = dict(workers=workers, seed=3, epoch=1, repeats=3, shuffle_buffer=8)
+    straight = _batches(_loader(data, **kw))
+    ids = [index_of(img) for x, _ in straight for img in x]
+    assert any(a == b for a, b in zip(ids, ids[1:]))  # copies in a row, so some batch boundary splits them
+    for cut in (1, 3, len(straight) - 1):
+        first = _loader(data, **kw)
+        for i, _ in enumerate(first):
+            if i + 1 == cut:
+                break
+        again = _loader(data, **kw)
+        again.resume(first.plan_state(), [first.position(cut)])
+        rest = _batches(again)
+        assert len(rest) == len(straight) - cut
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(straight[cut:], rest)), cut
+    with pytest.raises(D.PlanError, match="repeated augmentation"):
+        _loader(data, **{**kw, "workers": 3}).resume(first.plan_state(), [first.position(cut)])
+
+
+def test_copies_of_a_sample_get_their_own_crop_streams():
+    from imagenet_shards.train.loader.batching import expand_counts, sample_rng, with_counts
+    rec = D.Record("n0_1", "u", b"", b"0", shard=2, index=5)
+    out = list(expand_counts(with_counts([rec, rec._replace(index=6)], [2, 3], first=1)))
+    assert [(r.index, r.copy) for r in out] == [(5, 1), (5, 2), (6, 0), (6, 1), (6, 2)]
+    draws = {tuple(sample_rng(7, r).random() for _ in range(3)) for r in out}
+    assert len(draws) == 5  # five emissions, five streams
+    assert sample_rng(7, out[0]).random() == sample_rng(7, out[0]).random()  # each one reproducible
