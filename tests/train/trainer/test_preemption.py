@@ -332,3 +332,22 @@ def test_world_size_change_mid_epoch_sees_every_sample_once(shards, tmp_path, be
     assert epochs[1]["data_fingerprint"]["train"] == fingerprint.as_record(fingerprint.of_keys(_train_keys(shards)))
     assert epochs[2]["data_fingerprint"]["train"] == _plan_fingerprint(shards, epoch=2, world=after), why
     assert epochs[2]["step"] == 3 * (60 // after // 4)  # the schedule is back on the new layout's grid
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_recipe_state_survives_a_mid_epoch_stop(shards, tmp_path):
+    """The recipes' state across a SIGTERM mid-epoch (one process): repeated augmentation's sampler
+    position, LAMB's moments, the EMA every 2 steps, gradient accumulation, MixUp and CutMix draws
+    and timm's RandAugment in the workers: --resume auto ends bit-identical."""
+    rng, why = _seeded("recipe state")
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    common = ["--data", shards, *FLAGS, "--workers", "2", "--ra-reps", "2", "--optimizer", "lamb", "--ema-every", "2",
+              "--accumulate", "2", "--cutmix", "1.0", "--aug", "rand-m6-mstd0.5-inc1"]
+    _run(tmp_path, 1, [*common, "--out", straight])
+    _interrupt(tmp_path, 1, [*common, "--out", split], split, at_step=rng.randint(8, 10))
+    mid = ckpt.load_checkpoint(split / ckpt.MID)
+    assert mid["epoch"] == 1 and 0 < mid["epoch_step"] < 7, why  # 15 batches of 4, 2 per step: 7 steps
+    _run(tmp_path, 1, [*common, "--out", split, "--resume", "auto"])
+    _assert_same_weights(straight, split, why)
+    assert [r["data_fingerprint"] for r in _epochs(straight)] == [r["data_fingerprint"] for r in _epochs(split)]
