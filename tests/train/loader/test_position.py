@@ -203,7 +203,7 @@ def test_val_fingerprint_is_every_key_once(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_resume_with_repeated_augmentation_is_exact(tmp_path, workers):
     """x3 copies of each sample, in a row: cut anywhere (also between two copies of a sample), the
     rest of the epoch is the uninterrupted one. (The copies' crops differ: see the next test.)"""
