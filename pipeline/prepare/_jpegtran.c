@@ -28,6 +28,8 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "jpeg_warnings.h"  /* pipeline/format: which warnings are benign */
+
 struct rewrite_error {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
@@ -42,17 +44,8 @@ static void on_error(j_common_ptr cinfo) {
     longjmp(err->jump, 1);
 }
 
-/* Warnings about metadata say nothing about the pixels. Every other one is about the
- * entropy-coded data -- including "extraneous bytes before marker 0xd9": a scan that ends before
- * its data does is how a corrupt baseline scan usually shows (Huffman codes resynchronise, so
- * garbage mid-scan decodes to wrong blocks without any other complaint). */
-static int benign(j_common_ptr cinfo) {
-    int code = cinfo->err->msg_code;
-    return code == JWRN_JFIF_MAJOR || code == JWRN_ADOBE_XFORM || code == JWRN_BOGUS_ICC;
-}
-
 static void on_message(j_common_ptr cinfo, int level) {
-    if (level >= 0 || benign(cinfo))
+    if (level >= 0 || jpeg_warning_is_benign(cinfo))
         return;
     struct rewrite_error *err = (struct rewrite_error *)cinfo->err;
     err->warning = 1;
