@@ -8,7 +8,7 @@ install libjpeg-dev``), and both are optional: if one cannot be built the instal
   ``jpegcrop_resample.c`` (the resampler into the batch slot).
 Both share ``pipeline/format/jpeg_warnings.h``: which libjpeg warnings mean a damaged JPEG.
 - ``imagenet_shards.pipeline.prepare._jpegtran``: prepare-shards' lossless rewrite of pass-through
-  JPEGs with restart markers on a grid of ~64 px cells (docs/format.md); without it they pass through byte for
+  JPEGs with restart markers on a grid of ~32 px cells (docs/format.md); without it they pass through byte for
   byte, and prepare-shards says so.
 """
 

@@ -124,6 +124,7 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
         images, slot, token, recycled = _new_batch(n, S, shared, ring)
         slots = images.numpy()
         labels = torch.empty(n, dtype=torch.int64)
+        label_slots = labels.numpy()  # a numpy store is ~0.1 us, a tensor's __setitem__ ~2-5 us
         bad, filled, dup, taken = [], 0, 0, 0
         while filled < n and (fill or taken < n):
             rec = next(records, None)
@@ -148,7 +149,7 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
                     raise BadSampleError(f"bad sample {rec.key!r} in {rec.url}: {e}") from None
                 bad.append((rec.key, rec.url, str(e)))
                 continue
-            labels[filled] = label
+            label_slots[filled] = label
             filled += 1
         if filled == 0:
             continue

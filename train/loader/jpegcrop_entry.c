@@ -1,6 +1,6 @@
 /* Entering a JPEG at its restart markers: the intervals around a crop, as a JPEG of their own.
  *
- * prepare-shards writes restart markers on a grid of cells one MCU row high and ~64 px wide
+ * prepare-shards writes restart markers on a grid of cells one MCU row high and ~32 px wide
  * (docs/format.md). Restart markers reset all decoder state (DC predictions, bit buffer), so a JPEG
  * made of a rectangle of those cells -- the original's headers with the SOF's size cut to the
  * rectangle, then the rectangle's intervals with their markers renumbered, then EOI -- decodes to

@@ -179,31 +179,33 @@ __attribute__((target("sse4.1"))) static void hrow_sse41(const uint8_t *row, int
 
 /* hrow_sse41 for two output pixels at a time, one per 128-bit lane. */
 __attribute__((target("avx2"))) static void hrow_avx2(const uint8_t *row, int x0, const struct axis *h,
-                                                      uint8_t *out) {
+                                                      uint8_t *restrict out) {
     const __m256i pair = _mm256_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15,
                                           0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-    const __m256i zero = _mm256_setzero_si256();
+    const __m256i zero = _mm256_setzero_si256(), half = _mm256_set1_epi32(1 << (RESAMPLE_BITS - 1));
+    const __m256i gather = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const int *first = h->first, *count = h->count, size = h->out, step = h->taps / 2;
+    const __m256i *k = (const __m256i *)h->lanes;
+    const uint8_t *base = row - 4 * (ptrdiff_t)x0;
     int i = 0;
-    for (; i + 1 < h->out; i += 2) {
-        const uint8_t *pa = row + 4 * (size_t)(h->first[i] - x0), *pb = row + 4 * (size_t)(h->first[i + 1] - x0);
-        const __m256i *k = (const __m256i *)(h->lanes + (size_t)(i / 2) * (h->taps / 2) * 8);
-        int n = h->count[i] > h->count[i + 1] ? h->count[i] : h->count[i + 1];
-        __m256i acc = _mm256_set1_epi32(1 << (RESAMPLE_BITS - 1));
-        for (int t = 0; t < n; t += 4, k += 2) {
-            __m256i px = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(pa + 4 * t))),
-                                                 _mm_loadu_si128((const __m128i *)(pb + 4 * t)), 1);
+    for (; i + 1 < size; i += 2, k += step) {
+        const uint8_t *pa = base + 4 * (ptrdiff_t)first[i], *pb = base + 4 * (ptrdiff_t)first[i + 1];
+        int n = count[i] > count[i + 1] ? count[i] : count[i + 1];
+        __m256i acc = half;
+        const __m256i *kk = k;
+        for (int t = 0; t < n; t += 4, kk += 2, pa += 16, pb += 16) {
+            __m256i px = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)pa)),
+                                                 _mm_loadu_si128((const __m128i *)pb), 1);
             px = _mm256_shuffle_epi8(px, pair);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_unpacklo_epi8(px, zero), _mm256_load_si256(k)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_unpacklo_epi8(px, zero), _mm256_load_si256(kk)));
             if (n - t > 2)
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_unpackhi_epi8(px, zero), _mm256_load_si256(k + 1)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_unpackhi_epi8(px, zero), _mm256_load_si256(kk + 1)));
         }
         acc = _mm256_srai_epi32(acc, RESAMPLE_BITS);
-        acc = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc), acc);
-        int32_t a = _mm256_extract_epi32(acc, 0), b = _mm256_extract_epi32(acc, 4);
-        memcpy(out + 4 * i, &a, 4);
-        memcpy(out + 4 * i + 4, &b, 4);
+        acc = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc), acc);  /* pixel i in dword 0, i + 1 in dword 4 */
+        _mm_storel_epi64((__m128i *)(out + 4 * i), _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(acc, gather)));
     }
-    if (i < h->out) {  /* an odd last pixel */
+    if (i < size) {  /* an odd last pixel */
         struct axis one = *h;
         one.out = 1;
         one.first += i;
@@ -216,24 +218,33 @@ __attribute__((target("avx2"))) static void hrow_avx2(const uint8_t *row, int x0
 /* The vertical sums with AVX2, 16 bytes at a time: the bytes of two rows interleaved, widened to
  * 16 bits, multiplied-and-added with the pair of weights; accumulators stay in registers. */
 __attribute__((target("avx2"))) static void vrow_avx2(const uint8_t *rows, size_t row_bytes, int n,
-                                                      const int16_t *k, uint8_t *out, size_t width) {
+                                                      const int16_t *restrict k, uint8_t *restrict out,
+                                                      size_t width) {
     size_t j = 0;
     const __m128i zero = _mm_setzero_si128();
+    __m256i pairs[32];
+    int npairs = (n + 1) / 2;
+    if (npairs > 32) {  /* a shrink by more than ~30 after the DCT scaling: rare, the portable loop */
+        vrow_plain(rows, row_bytes, n, k, out, width);
+        return;
+    }
+    for (int q = 0; q < npairs; q++) {
+        uint16_t k1 = 2 * q + 1 < n ? (uint16_t)k[2 * q + 1] : 0;
+        pairs[q] = _mm256_set1_epi32((int32_t)(((uint32_t)k1 << 16) | (uint16_t)k[2 * q]));
+    }
     for (; j + 16 <= width; j += 16) {
         __m256i a0 = _mm256_set1_epi32(1 << (RESAMPLE_BITS - 1)), a1 = a0;
         const uint8_t *s = rows + j;
         int t = 0;
         for (; t + 2 <= n; t += 2, s += 2 * row_bytes) {
             __m128i r0 = _mm_loadu_si128((const __m128i *)s), r1 = _mm_loadu_si128((const __m128i *)(s + row_bytes));
-            __m256i kk = _mm256_set1_epi32((int32_t)(((uint32_t)(uint16_t)k[t + 1] << 16) | (uint16_t)k[t]));
-            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(r0, r1)), kk));
-            a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(r0, r1)), kk));
+            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(r0, r1)), pairs[t / 2]));
+            a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(r0, r1)), pairs[t / 2]));
         }
         if (t < n) {
             __m128i r0 = _mm_loadu_si128((const __m128i *)s);
-            __m256i kk = _mm256_set1_epi32((int32_t)(uint16_t)k[t]);
-            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(r0, zero)), kk));
-            a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(r0, zero)), kk));
+            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(r0, zero)), pairs[t / 2]));
+            a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(r0, zero)), pairs[t / 2]));
         }
         __m256i p = _mm256_packs_epi32(_mm256_srai_epi32(a0, RESAMPLE_BITS), _mm256_srai_epi32(a1, RESAMPLE_BITS));
         p = _mm256_permute4x64_epi64(p, 0xD8);
@@ -265,7 +276,7 @@ typedef void (*vrow_fn)(const uint8_t *, size_t, int, const int16_t *, uint8_t *
     }
 
 VECTOR_CLONES
-static void split_rows(const unsigned char *src, unsigned char *dst, ptrdiff_t h, ptrdiff_t w, size_t plane,
+static void split_rows(const unsigned char *restrict src, unsigned char *restrict dst, ptrdiff_t h, ptrdiff_t w, size_t plane,
                        int channels, int flip) {
     if (channels == 4 && !flip) SPLIT(4, 0)
     else if (channels == 4) SPLIT(4, 1)
