@@ -13,6 +13,9 @@ from imagenet_shards.train.bench import peers as P
 from imagenet_shards.train.bench import run as bench
 from imagenet_shards.train.bench.baselines import Baseline
 from imagenet_shards.train.bench.timing import summarize
+from imagenet_shards.train.loader import decode as dec
+
+BUILT_DECODERS = ["pil", "turbo"] if dec._jpegcrop is not None else ["pil"]
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -78,6 +81,18 @@ def test_target_rate_gives_the_verdict(bench_set, capsys):
     assert bench.main([*args, "--target-img-s", "0.001"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("compute-bound: the loader gives")
     assert bench.main([*args, "--target-img-s", "-1"]) == 2
+
+
+def test_target_rate_advice_leaves_out_the_decoder_in_use(bench_set, capsys, monkeypatch):
+    """Issue 25: beyond the cores, bench-loader advised --decoder turbo while turbo was in use."""
+    monkeypatch.setattr(bench, "usable_cores", lambda: 1)  # 1e9 img/s needs more workers than cores
+    args = [bench_set, "--workers", "0", "--batches", "2", "--warmup", "1", "--batch-size", "4", "--res", "16",
+            "--target-img-s", "1e9"]
+    for decoder in BUILT_DECODERS:
+        assert bench.main([*args, "--decoder", decoder]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert f"decoder {decoder}" in lines[0] and "more workers than the 1 cores" in lines[-1]
+        assert ("--decoder turbo" in lines[-1]) == (decoder != "turbo")
 
 
 def test_compare_every_expected_row_ran(bench_set, capsys):
