@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jpegcrop_entry.h"
 #include "jpegcrop_region.h"
@@ -132,13 +133,16 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(crop_into_doc,
-"crop_into(data, out, top, left, height, width, flip=False, *, restarts=True, scale=0) -> None or (kind, message)\n\n"
+"crop_into(data, out, top, left, height, width, flip=False, *, restarts=True, scale=0, times=None)\n"
+"    -> None or (kind, message)\n\n"
 "The crop box (top, left, height, width: pixels of the original, floats) of the JPEG `data`,\n"
 "resampled bilinearly (Pillow's antialiased filter; jpegcrop_resample.h) to the size of `out` -- a\n"
 "writable C-contiguous uint8 buffer of shape (3, H, W) -- and written there as CHW planes,\n"
 "mirrored left-right when `flip`. Decodes only what the filter reads, at DCT scale 1/2, 1/4 or 1/8\n"
 "when the crop stays at least the output size after it (scale=N: N/8, N in 1..16).\n"
 "restarts=False: never enter at restart markers (tests compare both ways).\n"
+"times: a writable buffer of 2 float64 to which the CPU seconds of the decode (header, geometry,\n"
+"region) and of the resample are added (bench/profile_loader.py).\n"
 "None: done. Else nothing usable was written and kind says why: \"declined\" (not a JPEG this\n"
 "decoder takes: use another), \"error\" (libjpeg failed: message), \"corrupt\" (libjpeg warned\n"
 "about the entropy-coded data: message).");
@@ -150,8 +154,15 @@ static int auto_scale(double w, double h, int out_w, int out_h) {
     return k >= 8 ? 1 : k >= 4 ? 2 : k >= 2 ? 4 : 8;
 }
 
+static double thread_cpu_seconds(void) {
+    struct timespec t;
+    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0 ? t.tv_sec + t.tv_nsec * 1e-9 : 0.0;
+}
+
 static int crop(const unsigned char *data, size_t size, double top, double left, double height, double width,
-                unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, char *message) {
+                unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, char *message,
+                double *times) {
+    double t0 = times != NULL ? thread_cpu_seconds() : 0.0;
     int W, H, comps;
     if (!jpeg_frame_size(data, size, &W, &H, &comps) || comps != 3)
         return REGION_DECLINED;
@@ -182,8 +193,13 @@ static int crop(const unsigned char *data, size_t size, double top, double left,
         status = REGION_NO_MEMORY;
     if (status == REGION_OK)
         status = region_read(&r, buf, stride);
+    double t1 = times != NULL ? thread_cpu_seconds() : 0.0;
     if (status == REGION_OK)
         resample_planes(buf, stride, r.x, r.y, &h, &v, buf + pixels, dst, flip);
+    if (times != NULL) {  /* CPU seconds: the header, geometry and region decode; the resample */
+        times[0] += t1 - t0;
+        times[1] += thread_cpu_seconds() - t1;
+    }
     if (status == REGION_ERROR || status == REGION_CORRUPT)
         memcpy(message, r.err.message, JMSG_LENGTH_MAX);
     region_end(&r);
@@ -191,18 +207,25 @@ static int crop(const unsigned char *data, size_t size, double top, double left,
 }
 
 static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"data", "out", "top", "left", "height", "width", "flip", "restarts", "scale", NULL};
-    Py_buffer buf, out;
-    PyObject *target;
+    static char *kwlist[] = {"data", "out", "top", "left", "height", "width", "flip", "restarts", "scale", "times",
+                             NULL};
+    Py_buffer buf, out, clock = {0};
+    PyObject *target, *times = Py_None;
     double top, left, height, width;
     int flip = 0, restarts = 1, num = 0, status = REGION_OK;
     char message[JMSG_LENGTH_MAX] = "";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*Odddd|p$pi:crop_into", kwlist, &buf, &target, &top, &left,
-                                     &height, &width, &flip, &restarts, &num))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*Odddd|p$piO:crop_into", kwlist, &buf, &target, &top, &left,
+                                     &height, &width, &flip, &restarts, &num, &times))
         return NULL;
+    if (times != Py_None && PyObject_GetBuffer(times, &clock, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyBuffer_Release(&buf);
+        if (clock.obj != NULL)
+            PyBuffer_Release(&clock);
         return NULL;
     }
     const char *bad = NULL;
@@ -213,14 +236,18 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
         bad = "scale must be 0 (automatic) or N in 1..16 (N/8)";
     else if (!(height > 0 && width > 0 && isfinite(top) && isfinite(left) && isfinite(height) && isfinite(width)))
         bad = "the crop box must be finite with a positive height and width";
+    else if (clock.obj != NULL && clock.len != 2 * (Py_ssize_t)sizeof(double))
+        bad = "times must be a buffer of 2 float64";
     if (bad == NULL) {
         Py_BEGIN_ALLOW_THREADS
         status = crop(buf.buf, (size_t)buf.len, top, left, height, width, out.buf, (int)out.shape[1],
-                      (int)out.shape[2], flip, restarts, num, message);
+                      (int)out.shape[2], flip, restarts, num, message, clock.obj != NULL ? (double *)clock.buf : NULL);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&buf);
+    if (clock.obj != NULL)
+        PyBuffer_Release(&clock);
     if (bad != NULL) {
         PyErr_SetString(PyExc_ValueError, bad);
         return NULL;
