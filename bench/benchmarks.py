@@ -16,7 +16,9 @@ Each table comes from this one run, on the same files, with the date, the machin
    pinned to one core; 2 workers, with the CPU-time-based 1 -> 2 scaling);
 5. **the whole job**: CPU per image of preparing once plus 16 epochs (at 224 px, and at ffcv-imagenet's
    rn50 16-epoch schedule, 12 epochs at 160 px then 4 at 192), ours against FFCV's writer and loader
-   in each of its write settings, from the figures of tables 2 and 4.
+   in each of its write settings, from the figures of tables 2 and 4;
+6. **what the restart-marker grid costs and buys**: bytes, prepare and loader rates with the grid
+   (the default) and with ``--no-restart-markers`` (WORK/shards-plain, our loader alone at 224 px).
 Figures are measured here, never asserted; FFCV and DALI rows need ``--peers`` (or
 $IMAGENET_SHARDS_PEERS: the folder shared/peers/setup.sh prints) and say ``not run: <reason>`` otherwise.
 """
@@ -54,31 +56,37 @@ def _script(name: str) -> str:
 
 
 def make_data(work: Path, *, classes: int, per_class: int, seed: int, say) -> Path:
-    """WORK/src (the archives) and WORK/shards (prepare-shards' defaults), written unless present for these arguments."""
+    """WORK/src (the archives), WORK/shards (prepare-shards' defaults) and WORK/shards-plain (the same
+    with --no-restart-markers), written unless present for these arguments; returns WORK/shards."""
     args = ["--classes", str(classes), "--train-per-class", str(per_class), "--val-per-class", "10",
             "--imagenet-like", "--no-quirks", "--seed", str(seed)]
     stamp = work / "data.json"
-    if stamp.exists() and json.loads(stamp.read_text()) == args and (work / "shards" / "manifest.json").exists():
+    if stamp.exists() and json.loads(stamp.read_text()) == args and (work / "shards-plain" / "manifest.json").exists():
         return work / "shards"
     say(f"writing the data under {work}")
-    src, shards = work / "src", work / "shards"
+    src = work / "src"
     subprocess.run([_script("make-synthetic-imagenet"), str(src), *args, "--quiet"], check=True)
-    subprocess.run([_script("prepare-shards"), "--train", str(src / "ILSVRC2012_img_train.tar"),
-                    "--val", str(src / "ILSVRC2012_img_val.tar"), "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"),
-                    "--out", str(shards), "--overwrite", "--quiet"], check=True)
+    for out, extra in ((work / "shards", []), (work / "shards-plain", ["--no-restart-markers"])):
+        subprocess.run([_script("prepare-shards"), "--train", str(src / "ILSVRC2012_img_train.tar"),
+                        "--val", str(src / "ILSVRC2012_img_val.tar"), "--devkit",
+                        str(src / "ILSVRC2012_devkit_t12.tar.gz"), "--out", str(out), "--overwrite", "--quiet", *extra],
+                       check=True)
     stamp.write_text(json.dumps(args))
-    return shards
+    return work / "shards"
 
 
 def loader_tables(shards: Path, work: Path, *, peers, rounds: int, batches: int, batch_size: int, say) -> dict:
-    """compare() at each resolution, pinned to one core: {res: rows}."""
+    """compare() at each resolution, pinned to one core: {res: rows}; and "plain": our loader alone at
+    224 px on the shards without restart markers (what the grid buys)."""
     allowed = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {allowed[0]})
+    common = dict(workers=1, batches=batches, batch_size=batch_size, rounds=rounds, peers=peers, progress=say)
     try:
-        return {res: compare(str(shards), workers=1, batches=batches, batch_size=batch_size, res=res, rounds=rounds,
-                             peers=peers, progress=say, work=str(work / "compare"),
-                             only=None if res == RESOLUTIONS[0] else FEW_ROWS)
-                for res in RESOLUTIONS}
+        tables = {res: compare(str(shards), res=res, work=str(work / "compare"),
+                               only=None if res == RESOLUTIONS[0] else FEW_ROWS, **common) for res in RESOLUTIONS}
+        plain = shards.with_name(shards.name + "-plain")
+        tables["plain"] = compare(str(plain), res=RESOLUTIONS[0], work=str(work / "compare-plain"), only=(), **common)
+        return tables
     finally:
         os.sched_setaffinity(0, set(allowed))
 
@@ -118,7 +126,24 @@ def _n(v, spec=",.0f") -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _grid_md(loader: dict, prepare: list[dict]) -> list[str]:
+    """What the restart-marker grid costs (bytes, prepare) and buys (the loader), from this run."""
+    def prep(name):
+        return next((r for r in prepare if r["name"] == name), {})
+    grid, plain = loader[RESOLUTIONS[0]][0], loader["plain"][0]
+    pg, pp = prep("imagenet-shards prepare, 1 worker"), prep("imagenet-shards prepare, 1 worker, --no-restart-markers")
+    growth = 100 * (grid["bytes_per_image"] / plain["bytes_per_image"] - 1)
+    return ["| shards | KB per image | loader img/CPU-s, 224 px | prepare img/CPU-s |", "|---|---:|---:|---:|",
+            f"| with the grid (default) | {grid['bytes_per_image'] / 1000:.1f} | {_n(grid['images_per_cpu_s'])} | "
+            f"{_n(pg.get('marginal_img_cpu_s'))} |",
+            f"| `--no-restart-markers` | {plain['bytes_per_image'] / 1000:.1f} | {_n(plain['images_per_cpu_s'])} | "
+            f"{_n(pp.get('marginal_img_cpu_s'))} |", "",
+            f"The grid: {growth:+.2f} % bytes, ×{grid['images_per_cpu_s'] / plain['images_per_cpu_s']:.2f} loader "
+            f"images per CPU-second at 224 px."]
+
+
 def _loader_md(loader: dict) -> list[str]:
+    loader = {res: rows for res, rows in loader.items() if res in RESOLUTIONS}
     names = list(dict.fromkeys(r["name"] for rows in loader.values() for r in rows))
     by = {res: {r["name"]: r for r in rows} for res, rows in loader.items()}
     head = " | ".join(f"{res} px img/CPU-s | ours ÷" for res in RESOLUTIONS)
@@ -188,6 +213,7 @@ def markdown(result: dict) -> str:
     out += ["", f"#### prepare-shards vs FFCV's writer (marginal rates, N = {result['prepare']['images'][0]}, "
                 f"3N = {result['prepare']['images'][1]})", ""] + _prepare_md(result["prepare"])
     out += ["", "#### The whole job: CPU per image, preparing once + the epochs", ""] + _whole_md(result["whole_job"])
+    out += ["", "#### What the restart-marker grid costs and buys", ""] + _grid_md(result["loader"], result["prepare"]["rows"])
     return "\n".join(out)
 
 

@@ -13,16 +13,20 @@
  * Errors and warnings: libjpeg's error ends the decode (REGION_ERROR); a warning about the data
  * (pipeline/format/jpeg_warnings.h: libjpeg pads a damaged stream with grey and only warns) ends it
  * too, as REGION_CORRUPT: the caller counts a bad sample. Metadata warnings are ignored. Anything
- * unusual (grayscale, CMYK/YCCK) is declined, never guessed at. No Python here: the caller releases
- * the GIL around these calls.
+ * unusual (grayscale, CMYK/YCCK) is declined, never guessed at. And crop_to_planes: a crop box to
+ * its CHW batch slot, region decode plus the resampler (jpegcrop_resample.c). No Python here: the
+ * caller releases the GIL around these calls.
  */
 #include "jpegcrop_region.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jpeg_warnings.h"
 #include "jpegcrop_entry.h"
+#include "jpegcrop_resample.h"
 
 static void on_error(j_common_ptr cinfo) {
     struct region_error *err = (struct region_error *)cinfo->err;
@@ -118,3 +122,81 @@ void region_end(struct region *r) {
     free(r->entry);
     r->entry = NULL;
 }
+
+/* Per-thread scratch memory, kept between calls: a fresh ~0.5 MB block per crop would cost its page
+ * faults every time. Grows to what the largest crop needed (a few MB at most), never shrinks. */
+struct arena {
+    unsigned char *data;
+    size_t size;
+};
+
+static _Thread_local struct arena axes_memory, pixel_memory;
+
+static unsigned char *arena_get(struct arena *a, size_t size) {
+    if (size > a->size) {
+        free(a->data);
+        a->data = malloc(size);
+        a->size = a->data != NULL ? size : 0;
+    }
+    return a->data;
+}
+
+/* DCT scale num/8 like Pillow's draft: the largest of 1/8, 1/4, 1/2 that keeps the crop at least
+ * the output size, else 8/8 (decode.py's _dct_reduction is the same rule). */
+static int auto_scale(double w, double h, int out_w, int out_h) {
+    double k = fmin(w / out_w, h / out_h);
+    return k >= 8 ? 1 : k >= 4 ? 2 : k >= 2 ? 4 : 8;
+}
+
+static double thread_cpu_seconds(void) {
+    struct timespec t;
+    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0 ? t.tv_sec + t.tv_nsec * 1e-9 : 0.0;
+}
+
+int crop_to_planes(const unsigned char *data, size_t size, double top, double left, double height, double width,
+                unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, char *message,
+                double *times) {
+    double t0 = times != NULL ? thread_cpu_seconds() : 0.0;
+    int W, H, comps;
+    if (!jpeg_frame_size(data, size, &W, &H, &comps) || comps != 3)
+        return REGION_DECLINED;
+    if (num == 0)
+        num = auto_scale(width, height, out_w, out_h);
+    double f = num / 8.0;
+    int Ws = (W * num + 7) / 8, Hs = (H * num + 7) / 8;  /* libjpeg's scaled size: rounded up */
+    struct axis h, v;
+    int ht = axis_taps(left * f, (left + width) * f, out_w), vt = axis_taps(top * f, (top + height) * f, out_h);
+    size_t hb = axis_bytes(out_w, ht);
+    unsigned char *mem = arena_get(&axes_memory, hb + axis_bytes(out_h, vt));
+    if (mem == NULL)
+        return REGION_NO_MEMORY;
+    axis_plan(&h, left * f, (left + width) * f, Ws, out_w, mem);
+    axis_plan(&v, top * f, (top + height) * f, Hs, out_h, mem + hb);
+    int x0 = axis_low(&h), x1 = axis_high(&h), y0 = axis_low(&v), y1 = axis_high(&v);
+    if (x0 >= x1 || y0 >= y1)
+        return REGION_DECLINED;
+    /* exact at full size: the scaled pixels' footprint, rounded outwards */
+    int cells[4] = {x0 * 8 / num, y0 * 8 / num, (x1 * 8 + num - 1) / num, (y1 * 8 + num - 1) / num};
+    struct region r;
+    int status = region_start(&r, data, size, num, restarts ? cells : NULL, x0 - 8, y0, x1 + 8, y1, 0);
+    if (status == REGION_OK && (r.x > x0 || r.x + r.width < x1 || r.y > y0 || r.y + r.rows < y1))
+        status = REGION_DECLINED;  /* the header's size is not the frame's: not ours to guess */
+    size_t stride = (size_t)r.width * 4, pixels = stride * r.rows + 4 * (size_t)ht + 64;
+    unsigned char *buf = status == REGION_OK ? arena_get(&pixel_memory, pixels + resample_scratch(&h, &v)) : NULL;
+    if (status == REGION_OK && buf == NULL)
+        status = REGION_NO_MEMORY;
+    if (status == REGION_OK)
+        status = region_read(&r, buf, stride);
+    double t1 = times != NULL ? thread_cpu_seconds() : 0.0;
+    if (status == REGION_OK)
+        resample_planes(buf, stride, r.x, r.y, &h, &v, buf + pixels, dst, flip);
+    if (times != NULL) {  /* CPU seconds: the header, geometry and region decode; the resample */
+        times[0] += t1 - t0;
+        times[1] += thread_cpu_seconds() - t1;
+    }
+    if (status == REGION_ERROR || status == REGION_CORRUPT)
+        memcpy(message, r.err.message, JMSG_LENGTH_MAX);
+    region_end(&r);
+    return status;
+}
+
