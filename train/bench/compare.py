@@ -36,7 +36,7 @@ def _timer(stream: BatchStream) -> Timer:
 def _folder_export(shards, folder: Path, progress) -> None:
     """The images as files for the file-based rows, written once per folder (``work`` reuses it)."""
     stamp = folder.with_name(folder.name + ".json")
-    what = [[s.url, s.num_samples] for s in shards]
+    what = [[s.url, s.num_samples, storage.size(s.url)] for s in shards]
     if folder.is_dir() and stamp.exists() and json.loads(stamp.read_text()) == what:
         return
     if progress:
