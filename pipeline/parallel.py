@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 
 def default_workers() -> int:
@@ -40,8 +41,33 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, workers: int | None = None)
         for i, args in enumerate(jobs):
             yield i, fn(*args)
         return
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent) as pool:
+    with _pool(workers) as pool:
         futures = {pool.submit(fn, *args): i for i, args in enumerate(jobs)}
         for fut in as_completed(futures):
             yield futures[fut], fut.result()
+
+
+def run_stream(fn: Callable, jobs: Iterable[tuple], *, workers: int | None = None,
+               ahead: int | None = None) -> Iterator[object]:
+    """Yield ``fn(*job)`` for every job of an iterable, in the jobs' order, with at most ``ahead``
+    (default 2 x workers) submitted and not yet yielded: for a stream of jobs too long to list, made
+    while it is read (prepare's one pass over a .tar.gz). 1 worker runs them here."""
+    workers = max(1, workers or default_workers())
+    if workers == 1:
+        for args in jobs:
+            yield fn(*args)
+        return
+    ahead = ahead or 2 * workers
+    with _pool(workers) as pool:
+        pending: deque = deque()
+        for args in jobs:
+            pending.append(pool.submit(fn, *args))
+            while len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent)

@@ -26,6 +26,7 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.audit.checks import check_shard, sample_wnid
 from imagenet_shards.pipeline.audit.duplicates import duplicate_warnings, find_duplicate_content, find_duplicate_keys
 from imagenet_shards.pipeline.audit.expect import check_expect, load_expect
+from imagenet_shards.pipeline.audit.holdout import check_holdout
 from imagenet_shards.pipeline.audit.manifest_checks import (check_class_counts, check_extra_files, check_manifest,
                                                             check_side_files)
 from imagenet_shards.pipeline.audit.observe import observe_shard
@@ -136,6 +137,8 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
     for r in results:
         problems += r.problems
     problems += find_duplicate_keys([(r.url, r.keys) for r in results])
+    if sound:
+        problems += check_holdout(m, {s: [k for r in results if r.split == s for k in r.keys] for s in splits})
     for split in splits:
         mine = [r for r in results if r.split == split]
         if split in usable and all(r.complete for r in mine):  # else the shard problems already say why
