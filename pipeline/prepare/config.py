@@ -9,9 +9,9 @@ the policy's own check in `images`, the job's (shards, seed, splits) here.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
-from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, LabelSpaceError, label_space
+from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, LabelSpaceError, label_space_option
 from imagenet_shards.pipeline.format.subset import names_sha256
 from imagenet_shards.pipeline.prepare.images import ImagePolicy
 from imagenet_shards.pipeline.prepare.sources import WNID_RE
@@ -34,7 +34,7 @@ class Config:
     `fraction` F of each train class; `train_list` train image names (`n01440764_10026.JPEG` or
     `n01440764/n01440764_10026.JPEG`). WNIDs and names are kept sorted and unique, names as WNID/KEY.
 
-    `label_space`: the class list `.cls` indexes (a `LabelSpace`, a known name, or `present`; None:
+    `label_space`: the class list `.cls` indexes (a `LabelSpace`, a known name, a file, or `present`; None:
     the sources' sorted WNIDs, i.e. ImageNet-1k for the ILSVRC2012 archives, and `imagenet-22k` for a
     full release: `run` resolves it). `holdout_per_class` K: a val split of K train images per class
     with more than K (prepare/holdout.py)."""
@@ -58,7 +58,7 @@ class Config:
     def __post_init__(self):
         if isinstance(self.label_space, str) and self.label_space != PRESENT:
             try:
-                object.__setattr__(self, "label_space", label_space(self.label_space))
+                object.__setattr__(self, "label_space", label_space_option(self.label_space))
             except LabelSpaceError as e:
                 raise ConfigError(str(e)) from None
         check_config(self)
@@ -82,7 +82,7 @@ class Config:
 
     def as_dict(self) -> dict:
         """The config as recorded in the job state and the manifest (JSON types only)."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # not asdict: it would copy a label space's list
         d["splits"] = list(self.splits)
         for k in ("classes", "per_class", "fraction", "train_list", "label_space", "holdout_per_class"):
             del d[k]

@@ -4,8 +4,9 @@ The full ImageNet has no validation split; timm's imagenet-12k holds out 40 imag
 Here each class with more than K train images gives K of them, drawn with the job's seed and a
 stream of the class's own (its WNID number), from its members in key order: so a class gives the
 same images whatever the other classes hold, and K images are the first K of the same permutation
-for any K, which makes the held-out sets of one seed nested (K=10 inside K=40). A class with K or
-fewer gives none (all stay in train). The held-out images are planned and written as the `val`
+for any K, which makes the held-out sets of one seed nested (K=10 inside K=40, in every class that
+gives 40). A class with K or fewer gives none (all stay in train), so a class of 20 gives 10 at
+K=10 and none at K=40. The held-out images are planned and written as the `val`
 split; they are never in train (audit-shards checks it: `holdout_overlap`), and the manifest
 records what was asked (`config.holdout`) and how many moved (`splits.train.held_out`).
 """

@@ -280,7 +280,8 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
         state["dataset"] = config.label_space.dataset
     _open_out(outdir, state, overwrite)
     job = job_id(state)
-    outdir.write_json(part_state_rel(part), state)
+    if part[1] > 1:  # what this part ran with, for finalize to name what differs if a sibling ran otherwise
+        outdir.write_json(part_state_rel(part), state)
     sequential = {path: idx.kind for s, idx in indexes.items() if idx.kind in SEQUENTIAL_KINDS
                   and not (onepass and s in onepass.stored) for path in idx.members.files()}
     if onepass:  # from here on, the members' bytes are their results in the one-pass spill
@@ -365,7 +366,8 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
     if not pending:
         return 0
     out.start_staging()
-    spill_dir = out.scratch("spill")
+    # one folder per part: parts that share OUT must not remove each other's buckets
+    spill_dir = out.scratch("spill" if part == "0/1" else f"spill-{part.replace('/', '-of-')}")
     if sequential:
         files = {path for sp in pending for path in sp.paths() if path in sequential}
         with tqdm(total=len(files), desc="read sequential sources", unit="file", disable=not progress,
