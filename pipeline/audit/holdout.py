@@ -12,21 +12,25 @@ from __future__ import annotations
 
 from collections import Counter
 
+from imagenet_shards.pipeline.audit.duplicates import common_keys, key_hashes
 from imagenet_shards.pipeline.audit.report import Problem
 from imagenet_shards.pipeline.format.keys import train_key_wnid
 
 EXAMPLES = 5
 
 
-def check_holdout(m: dict, keys_by_split: dict[str, list[str]]) -> list[Problem]:
-    """Problems of a held-out split (none when the manifest records no holdout)."""
+def check_holdout(m: dict, keys_by_split: dict) -> list[Problem]:
+    """Problems of a held-out split (none when the manifest records no holdout). `keys_by_split`:
+    split -> its keys, or (its keys, their `key_hashes`)."""
     k = ((m.get("config") or {}).get("holdout") or {}).get("per_class")
     splits = m.get("splits") or {}
     if k is None or "val" not in splits or "train" not in splits:
         return []
     out = []
     if "train" in keys_by_split and "val" in keys_by_split:
-        both = sorted(set(keys_by_split["train"]) & set(keys_by_split["val"]))
+        (a, ha), (b, hb) = (x if isinstance(x, tuple) else (x, key_hashes(x))
+                            for x in (keys_by_split["train"], keys_by_split["val"]))
+        both = common_keys(a, ha, b, hb)
         if both:
             out.append(Problem("holdout_overlap", None, None, f"{len(both)} held-out val images are also in train: "
                                                               + ", ".join(both[:EXAMPLES])))

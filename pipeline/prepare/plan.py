@@ -34,6 +34,7 @@ SPLIT_NAMES = {"train": "train", "val": "validation", "test": "test"}  # in shar
 UNLABELED = -1  # the label of every test sample (the test split has no public labels)
 _NOT_KEPT = -3  # a class the label table lacks (left to the subset or the label space to drop)
 MAX_SORT_KEY_BYTES = 32  # keys longer than this are ordered by their full text within equal prefixes
+_ROW = np.int32  # a row number: 4 B a member (a split of 2**31 members would need int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +173,10 @@ def canonical_order(table: MemberTable) -> tuple[np.ndarray, np.ndarray]:
     (key, source) order by their full text."""
     n = len(table)
     if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, bool)
+        return np.zeros(0, _ROW), np.zeros(0, bool)
     width = min(table.max_key_bytes, MAX_SORT_KEY_BYTES)
     prefixes = table.key_prefixes(width)
-    order = np.argsort(prefixes, kind="stable")
+    order = np.argsort(prefixes, kind="stable").astype(_ROW)
     tie = np.zeros(n, bool)
     for a in range(1, n, 1 << 20):  # in chunks: no second n x width copy
         b = min(n, a + (1 << 20))
@@ -242,8 +243,9 @@ def plan_split(split: str, members, wnid_to_label: dict[str, int], *, seed: int,
     codes = table.cls[order] if len(order) else np.zeros(0, np.int32)
     unlabeled_pos = np.flatnonzero(code_unlabeled[codes])
     outside = int(code_outside[codes].sum())
-    cand = np.flatnonzero(~code_unlabeled[codes] & ~code_outside[codes])
-    run = np.cumsum(~same_key, dtype=np.int64)  # equal keys share a run number
+    cand = np.flatnonzero(~code_unlabeled[codes] & ~code_outside[codes]).astype(_ROW)
+    del codes
+    run = np.cumsum(~same_key, dtype=_ROW)  # equal keys share a run number
     dup = np.zeros(len(cand), bool)
     dup[1:] = run[cand[1:]] == run[cand[:-1]]
     del run
@@ -262,7 +264,8 @@ def plan_split(split: str, members, wnid_to_label: dict[str, int], *, seed: int,
     if len(unique) and labels[unique].min() == _NOT_KEPT:
         raise ValueError(f"{split}: a kept member's class has no label (the label table and the subset disagree)")
     metas = {} if label_1k is None else {w: (("label_1k", i),) for w, i in label_1k.items()}  # one tuple a class
-    rows = unique[shuffled_order(len(unique), seed, split)]
+    rows = unique[shuffled_order(len(unique), seed, split).astype(_ROW)]
+    del unique
     source = _Rows(table, labels, metas)
     shards = [ShardSpec(split, i, dataset=dataset, rows=r, source=source)
               for i, r in enumerate(_cut(rows, table.size, shard_samples, shard_bytes))]
@@ -324,7 +327,7 @@ def plan_rows(split: str, table: MemberTable, rows: np.ndarray, wnid_to_label: d
                           dtype=np.int32)
     labels = code_label[table.cls] if len(table) else np.zeros(0, np.int32)
     metas = {} if label_1k is None else {w: (("label_1k", i),) for w, i in label_1k.items()}
-    rows = rows[shuffled_order(len(rows), seed, split)]
+    rows = rows[shuffled_order(len(rows), seed, split).astype(_ROW)]
     source = _Rows(table, labels, metas)
     shards = [ShardSpec(split, i, dataset=dataset, rows=r, source=source)
               for i, r in enumerate(_cut(rows, table.size, shard_samples, shard_bytes))]

@@ -21,9 +21,9 @@ from array import array
 import numpy as np
 
 from imagenet_shards.pipeline.format.keys import key_for
-from imagenet_shards.pipeline.prepare.sources.records import Member
+from imagenet_shards.pipeline.prepare.sources.records import Member, SourceError
 
-MAX_NAME_BYTES = 65535  # names are counted in uint16; longer ones are refused by the caller (unsafe_key)
+MAX_NAME_BYTES = 65535  # names are counted in uint16
 
 
 class MemberTable:
@@ -37,7 +37,7 @@ class MemberTable:
         self._blob = bytearray()
         self._lengths = array("H")
         self._group, self._cls = array("i"), array("i")
-        self._offset, self._size = array("q"), array("q")
+        self._offset, self._size = array("q"), array("I")  # sizes: 4 B (a member of 4 GiB or more is refused)
         self._filenames: dict[int, str] = {}  # rows whose file name is not their name's basename
         self._keys: dict[int, str] = {}  # rows whose key is not key_for(file name)
         self.max_key_bytes = 1
@@ -60,9 +60,12 @@ class MemberTable:
             c = self._wnid_ids[wnid] = len(self.wnids)
             self.wnids.append(wnid)
         raw = name.encode("utf-8", "surrogateescape")
+        if size >= 2**32 or len(raw) > MAX_NAME_BYTES:
+            raise SourceError(f"{prefix}{name}: a member of {size} bytes or a name of {len(raw)} bytes is too large to "
+                              "be an image of this set (at most 4 GiB, and 65535 bytes of name)")
         row = len(self._lengths)
         self._blob += raw
-        self._lengths.append(min(len(raw), MAX_NAME_BYTES))
+        self._lengths.append(len(raw))
         self._group.append(g)
         self._cls.append(c)
         self._offset.append(offset)
@@ -97,7 +100,7 @@ class MemberTable:
         self.group = np.frombuffer(self._group, dtype=np.int32) if len(self._group) else np.zeros(0, np.int32)
         self.cls = np.frombuffer(self._cls, dtype=np.int32) if len(self._cls) else np.zeros(0, np.int32)
         self.offset = np.frombuffer(self._offset, dtype=np.int64) if len(self._offset) else np.zeros(0, np.int64)
-        self.size = np.frombuffer(self._size, dtype=np.int64) if len(self._size) else np.zeros(0, np.int64)
+        self.size = np.frombuffer(self._size, dtype=np.uint32) if len(self._size) else np.zeros(0, np.uint32)
         del self._lengths
         self.frozen = True
         return self
