@@ -3,7 +3,8 @@
 The convention (checked below): every fenced block has an info string.
 - ```sh — commands a reader can paste; each block runs top to bottom in a fresh folder holding a
   synthetic ImageNet under the names the docs use (the ILSVRC archives, a class-tar folder,
-  `imagefolder/`, `kaggle/`, the Hugging Face files in `data/`) and `shards/`, the shard set the
+  `imagefolder/`, `kaggle/`, the Hugging Face files in `data/`, the full releases' fall11_whole.tar
+  and winter21_whole.tar.gz) and `shards/`, the shard set the
   docs' first prepare-shards command makes (rerunning that command is a no-op). Paths are substituted
   (`/data/imagenet-shards` -> `shards`) and sizes shrunk: training and generator commands get tiny
   overrides appended (argparse takes the last value), `torchrun` runs one process.
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from imagenet_shards.pipeline.tools.synthetic.full_imagenet import generate_full
 from imagenet_shards.pipeline.tools.synthetic.generate import generate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,6 +121,9 @@ def playground(tmp_path_factory) -> Path:
     for form in ("hf", "hf-parquet"):
         for f in (root / form / "data").iterdir():
             (data / f.name).symlink_to(f)
+    generate_full(root / "full", classes=8, per_class=4, seed=1)  # fall11_whole.tar, winter21_whole.tar.gz
+    for f in (root / "full").glob("*_whole.tar*"):
+        (root / f.name).symlink_to(f)
     run_lines([SHARDS_COMMAND], root, "set-up")
     return root
 
@@ -131,7 +136,7 @@ def fresh_folder(playground: Path, tmp_path: Path, *, with_shards: bool = True) 
         if entry.name == "shards":
             if with_shards:
                 shutil.copytree(entry, work / "shards")
-        elif entry.name not in ("hf", "hf-parquet", "expected.json"):
+        elif entry.name not in ("hf", "hf-parquet", "full", "expected.json"):
             (work / entry.name).symlink_to(entry)
     return work
 
