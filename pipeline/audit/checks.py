@@ -95,6 +95,11 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
                 bad("not_rgb", f"decodes as mode {mode}, not 8-bit 3-channel RGB")
             if meta is not None and not adopted and (w, h) != (meta["width"], meta["height"]):
                 bad("size_mismatch", f"decodes to {w}x{h} but json says {meta['width']}x{meta['height']}")
+    elif "webp" in counts and adopted:  # an adopted WEBP set (timm's imagenet-w21-webp-wds)
+        if s.decode_error is not None:
+            bad("undecodable", s.decode_error)
+        elif s.decoded is not None and s.decoded[0] != "WEBP":
+            bad("not_webp", f".webp decodes as {s.decoded[0]}, not WEBP")
     return out
 
 

@@ -20,6 +20,8 @@ from imagenet_shards.pipeline.format.tar import REGULAR, HashingReader, TarForma
 
 _WNID_RE = re.compile(r"(?<![0-9A-Za-z])n\d{8}(?![0-9])")
 _LABEL_RE = re.compile(rb"0|[1-9][0-9]*")
+_ALT_LABEL_RE = re.compile(r"^label_(\w+)$")  # timm's imagenet-22k-wds .json: label_12k (-1 outside the 12k)
+IMAGE_EXTS = {"jpg": "JPEG", "webp": "WEBP"}  # a sample's image member and the format it must hold
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
 KEPT = 20  # problems kept per shard (all are counted)
 
@@ -38,6 +40,7 @@ class ShardScan:
     labels: Counter = field(default_factory=Counter)  # .cls -> samples
     pairs: dict = field(default_factory=dict)  # (label, WNID) -> first key with that evidence
     unverified: list = field(default_factory=list)  # (label, key) of samples that name no WNID
+    alt_pairs: dict = field(default_factory=dict)  # (json field, value, WNID) -> first key (label_12k, ...)
     problems: list = field(default_factory=list)  # (kind, key, detail), the first KEPT
     num_problems: int = 0
 
@@ -64,25 +67,26 @@ def sample_evidence(key: str, members: dict[str, bytes], *, deep: bool = False,
     from PIL import Image
 
     problems, wnids, label = [], set(), None
-    for ext in ("jpg", "cls"):
-        if ext not in members:
-            problems.append(("sample_members", f"no .{ext}"))
+    image_ext = next((e for e in IMAGE_EXTS if e in members), None)
+    if image_ext is None:
+        problems.append(("sample_members", "no .jpg (or .webp)"))
+    if "cls" not in members:
+        problems.append(("sample_members", "no .cls"))
     cls = members.get("cls")
     if cls is not None:
         if _LABEL_RE.fullmatch(cls):
             label = int(cls)
         else:
             problems.append(("cls_invalid", f".cls is {cls[:20]!r}, not a label (unlabeled samples cannot be adopted)"))
-    jpg = members.get("jpg")
-    if jpg is not None:
+    if image_ext is not None:
         try:
-            with Image.open(io.BytesIO(jpg)) as im:
-                if im.format != "JPEG":
-                    raise ValueError(f"a {im.format} image, not a JPEG")
+            with Image.open(io.BytesIO(members[image_ext])) as im:
+                if im.format != IMAGE_EXTS[image_ext]:
+                    raise ValueError(f"a {im.format} image, not a {IMAGE_EXTS[image_ext]}")
                 if deep:
                     im.load()
         except Exception as e:  # noqa: BLE001 - whatever the decoder says is the finding
-            problems.append(("undecodable", f".jpg: {type(e).__name__}: {e}"))
+            problems.append(("undecodable", f".{image_ext}: {type(e).__name__}: {e}"))
     wnids.update(_WNID_RE.findall(key.rsplit("/", 1)[-1]))
     if "json" in members:
         try:
@@ -97,13 +101,27 @@ def sample_evidence(key: str, members: dict[str, bytes], *, deep: bool = False,
                 wnids.update(_WNID_RE.findall(meta[k]) or [meta[k]])
         if isinstance(meta.get("filename"), str):
             wnids.update(_WNID_RE.findall(meta["filename"]))
-        if isinstance(meta.get("class_name"), str) and (names or {}).get(meta["class_name"]):
+        if isinstance(meta.get("class_name"), str) and _WNID_RE.fullmatch(meta["class_name"]):
+            wnids.add(meta["class_name"])  # timm's 12k/22k writer puts the synset there
+        elif isinstance(meta.get("class_name"), str) and (names or {}).get(meta["class_name"]):
             wnids.add(names[meta["class_name"]])
         if isinstance(meta.get("label"), int) and label is not None and meta["label"] != label:
             problems.append(("label_mismatch", f".cls says {label} but .json label is {meta['label']}"))
     if len(wnids) > 1:
         problems.append(("wnid_conflict", f"the sample names several classes: {', '.join(sorted(wnids))}"))
     return label, (next(iter(wnids)) if len(wnids) == 1 else None), problems
+
+
+def alt_labels(members: dict[str, bytes]) -> dict[str, int]:
+    """The extra label fields of a sample's .json (`label_12k`: its class's index in another label
+    space, -1 outside it), as written by timm's imagenet-22k-wds writer; {} when there are none."""
+    try:
+        meta = json.loads(members["json"])
+    except (KeyError, ValueError):
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    return {k: v for k, v in meta.items() if _ALT_LABEL_RE.match(k) and isinstance(v, int) and not isinstance(v, bool)}
 
 
 def scan_shard(url: str, rel: str, split: str, deep: bool = False) -> ShardScan:
@@ -123,6 +141,8 @@ def scan_shard(url: str, rel: str, split: str, deep: bool = False) -> ShardScan:
                 scan.unverified.append((label, key))
             else:
                 scan.pairs.setdefault((label, wnid), key)
+                for name, value in alt_labels(members).items():
+                    scan.alt_pairs.setdefault((name, value, wnid), key)
 
     try:
         with storage.open_url(url, "rb") as f:
@@ -156,4 +176,4 @@ def scan_shard(url: str, rel: str, split: str, deep: bool = False) -> ShardScan:
     return scan
 
 
-__all__ = ["KEPT", "ShardScan", "sample_evidence", "scan_shard"]
+__all__ = ["IMAGE_EXTS", "KEPT", "ShardScan", "alt_labels", "sample_evidence", "scan_shard"]

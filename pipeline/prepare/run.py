@@ -260,6 +260,7 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
                                          test=test, read_sequential=onepass and onepass.read)
     except SourceError as e:
         raise PrepareError(str(e)) from None
+    t_index = time.monotonic()
     config, classes = resolve_label_space(config, classes)
     holdout = None if config.holdout_per_class is None else \
         partial(holdout_rows, per_class=config.holdout_per_class, seed=config.seed)
@@ -303,13 +304,17 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     reused = len(mine) - len(pending)
     del records, mine
     outdir.clean_stale(pending)  # temp files left by a killed run
+    t_plan = time.monotonic()
     done_images = _build(outdir, pending, config, workers, progress, sequential, job, f"{part[0]}/{part[1]}")
     done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
     summary = {"out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
                "shards_reused": reused, "images_processed": done_images,
-               "wall_s": round(time.monotonic() - t0, 3)}
+               "wall_s": round(time.monotonic() - t0, 3),
+               # index (with a one-pass read: and processing), plan + job state, build (+ spill)
+               "stages_s": {"index": round(t_index - t0, 3), "plan": round(t_plan - t_index, 3),
+                            "build": round(time.monotonic() - t_plan, 3)}}
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
     return summary, missing
 
