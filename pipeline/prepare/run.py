@@ -127,11 +127,12 @@ def _present(members) -> list[str]:
 def resolve_label_space(config: Config, classes: list[str]) -> tuple[Config, list[str]]:
     """(config with its label space resolved, the class list labels index). No --label-space: the
     sources' sorted WNIDs (ImageNet-1k for the ILSVRC2012 archives: the config stays as it was, so
-    the bytes do), or `imagenet-22k` for sources holding classes outside ImageNet-1k (a full release);
+    the bytes do; also under --classes, which relabels), or `imagenet-22k` for sources holding
+    classes outside ImageNet-1k (a full release);
     `present`: the sources' WNIDs, recorded. PrepareError if no class of the sources is in the space."""
     space = config.label_space
     if space is None:
-        if is_imagenet_1k(classes):
+        if is_imagenet_1k(classes) or config.classes is not None:  # --classes relabels among the kept classes
             return config, classes
         space = label_space("imagenet-22k")
     elif space == PRESENT:

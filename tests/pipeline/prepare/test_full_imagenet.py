@@ -229,6 +229,10 @@ def test_options_that_cannot_go_together_are_refused(full_imagenet, tmp_path):
         prepare(out=str(tmp_path / "o"), train=str(full_imagenet / FALL11_TAR),
                 config=Config(splits=("train",), label_space=read_label_space_file(tmp_path / "far.txt")),
                 progress=False)
+    prepare(out=str(tmp_path / "three"), train=str(full_imagenet / FALL11_TAR),  # --classes relabels: no space
+            config=Config(splits=("train",), classes=3), progress=False)
+    m = json.loads((tmp_path / "three" / "manifest.json").read_text())
+    assert len(m["classes"]) == 3 and "label_space" not in m
     with pytest.raises(PrepareError, match="is a full-ImageNet release .* give it as --train"):
         prepare(out=str(tmp_path / "o"), train=str(full_imagenet / FALL11_TAR), val=str(full_imagenet / WINTER21_TGZ),
                 devkit=None, config=Config(), progress=False)
