@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from imagenet_shards.pipeline.parallel import run_stream
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, ImageResult, process_image
-from imagenet_shards.pipeline.prepare.sources import SourceIndex, Unusable, sequential_items
+from imagenet_shards.pipeline.prepare.sources import SourceIndex, Unusable, sequential_items, sequential_kind
 from imagenet_shards.pipeline.prepare.sources.huggingface import files_name
 from imagenet_shards.pipeline.prepare.sources.table import MemberTable
 
@@ -110,3 +110,40 @@ def index_and_process(kind: str, sources, split: str, policy: ImagePolicy, spill
             bar.update(len(results))
     paths = [Path(f) for f in files]
     return SourceIndex(split, kind, files_name(paths), sum(p.stat().st_size for p in paths), table.freeze(), unusable), stored
+
+
+class OnePassReader:
+    """The one-pass reader of a run's sequential sources: `read(split, src)` indexes a source that
+    can only be read in order while processing its images into a spill file under `folder`, and
+    keeps where each result is (`stored`, by split; `tables`: the indexes it made)."""
+
+    def __init__(self, folder: str, config, workers, progress: bool):
+        self.folder, self.config, self.workers, self.progress = folder, config, workers, progress
+        self.stored, self.tables = {}, []
+
+    def read(self, split: str, src) -> SourceIndex | None:
+        kind = sequential_kind(split, src)
+        if kind is None:
+            return None
+        space = getattr(self.config.label_space, "wnids", None)
+        space = None if space is None else frozenset(space)
+        keep = (lambda w: True) if split == "test" else (lambda w: w is not None and (space is None or w in space))
+        idx, self.stored[split] = index_and_process(kind, src, split, self.config.policy(),
+                                                    os.path.join(self.folder, f"onepass-{split}.bin"), keep=keep,
+                                                    workers=self.workers, progress=self.progress)
+        self.tables.append(idx.members)
+        return idx
+
+
+def one_pass_reader(config, part, sources: dict, *, fresh, folder, workers, progress: bool) -> OnePassReader | None:
+    """The one-pass reader when this run builds every shard from sources read in order: one part,
+    no subset (whose left-out images would be processed for nothing), a fresh OUT (`fresh()`; a
+    resumed run reads twice: the index, then only the missing shards' images). None otherwise.
+    `folder()` makes the spill folder (called only when one is needed)."""
+    if tuple(part) != (0, 1) or config.subset:
+        return None
+    if not any(sequential_kind(s, src) for s, src in sources.items() if src and s in config.splits):
+        return None
+    if not fresh():
+        return None
+    return OnePassReader(folder(), config, workers, progress)

@@ -29,8 +29,8 @@ from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
 from imagenet_shards.pipeline.prepare.parts import job_id, parse_part, part_state_rel, state_differences
 from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_splits
-from imagenet_shards.pipeline.prepare.onepass import index_and_process
-from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, sequential_kind,
+from imagenet_shards.pipeline.prepare.onepass import one_pass_reader
+from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
 from imagenet_shards.pipeline.prepare.sources import index_split as _index_split
 from imagenet_shards.pipeline.prepare.spill import spill
@@ -254,8 +254,9 @@ def _run(outdir, t0: float, *, out, part, **job) -> dict:
 def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config: Config, workers, part,
                 overwrite, verify_existing, progress) -> tuple[dict, list[int]]:
     """Index, plan and build this part's shards; (summary, global numbers of the shards not done yet)."""
-    onepass = _one_pass(outdir, config, part, overwrite, workers, progress,
-                        {"train": train, "val": val, "test": test})
+    onepass = one_pass_reader(config, part, {"train": train, "val": val, "test": test},
+                              fresh=lambda: _fresh(outdir, overwrite), folder=lambda: outdir.make_scratch("spill"),
+                              workers=workers, progress=progress)
     try:
         indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels,
                                          test=test, read_sequential=onepass and onepass.read)
@@ -293,7 +294,7 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     all_specs = [spec for s in config.splits for spec in plans[s].shards]
     del plans
     if onepass:
-        relocated = {id(indexes_table) for indexes_table in onepass.tables}
+        relocated = {id(t) for t in onepass.tables}
         for spec in all_specs:
             spec.preprocessed = id(spec.table) in relocated
     mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
@@ -320,45 +321,15 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     return summary, missing
 
 
-class _OnePass:
-    """The one-pass reader of a run's sequential sources (prepare/onepass.py): indexes them while
-    processing their images into a spill file, and keeps where each result is."""
-
-    def __init__(self, folder: str, config: Config, workers, progress: bool):
-        self.folder, self.config, self.workers, self.progress = folder, config, workers, progress
-        self.stored, self.tables = {}, []
-
-    def read(self, split: str, src) -> SourceIndex | None:
-        kind = sequential_kind(split, src)
-        if kind is None:
-            return None
-        space = getattr(self.config.label_space, "wnids", None)
-        space = None if space is None else frozenset(space)
-        keep = (lambda w: True) if split == "test" else (lambda w: w is not None and (space is None or w in space))
-        idx, self.stored[split] = index_and_process(kind, src, split, self.config.policy(),
-                                                    os.path.join(self.folder, f"onepass-{split}.bin"), keep=keep,
-                                                    workers=self.workers, progress=self.progress)
-        self.tables.append(idx.members)
-        return idx
-
-
-def _one_pass(outdir, config: Config, part, overwrite: bool, workers, progress: bool, sources: dict):
-    """The one-pass reader when this run builds every shard from sequential sources: one part, no
-    subset (whose left-out images would be processed for nothing), a fresh OUT (a resumed run reads
-    twice: index, then only the missing shards' images). None otherwise."""
-    if tuple(part) != (0, 1) or config.subset:
-        return None
-    if not any(sequential_kind(s, src) for s, src in sources.items() if src and s in config.splits):
-        return None
+def _fresh(outdir, overwrite: bool) -> bool:
+    """Whether OUT holds no job state yet (or --overwrite replaces it): a run that builds every shard."""
     try:
         outdir.read_json(STATE)
-        if not overwrite:
-            return None
     except (FileNotFoundError, NotADirectoryError):
-        pass
+        return True
     except (OSError, ValueError):
-        return None
-    return _OnePass(outdir.make_scratch("spill"), config, workers, progress)
+        return False
+    return overwrite
 
 
 def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, progress: bool,
