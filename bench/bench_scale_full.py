@@ -1,7 +1,7 @@
 """The full ImageNet's scale: what each process holds per sample at millions of samples over 21,841 classes.
 
     python bench/bench_scale_full.py FOLDER [--samples 3000000] [--classes 21841] [--part-of 100]
-                                            [--workers 2] [--skip trace,audit,loader] [--json]
+                                            [--workers 2] [--skip prepare,trace,audit,loader] [--json]
     (or: python bench/bench_scale.py FOLDER --full ...)
 
 The per-sample state is what grows to 14.2 M samples (fall11); the image work is per shard. So this
@@ -17,9 +17,10 @@ measures the index paths at --samples (default 3.0 M) and reports bytes per samp
 - **trace**: index + plan once more under tracemalloc in one process: Python heap per member of the
   index (`MemberTable`), of the plan, and the peak while planning.
 - **audit**: audit-shards' set-wide state, the one part that grows with the samples: what each
-  worker sends back per shard (packed keys, 8-byte key hashes, 16-byte image digests, class counts;
-  audit/run.py `ShardResult`) for --samples synthetic keys, then the real set-wide checks on it
-  (`find_duplicate_keys`, `find_duplicate_content`, `check_holdout`); reading a shard is bounded by one shard.
+  worker sends back per shard (audit/run.py `ShardResult`: packed keys, 8-byte key hashes, 16-byte
+  image digests, class counts) for --samples synthetic keys, then the real set-wide checks on it
+  (`set_wide_key_checks`: duplicate keys, holdout; `set_wide_content`: duplicate images); reading
+  a shard is bounded by one shard.
 - **loader**: `make_loader` over a manifest of --samples samples in --samples/1000 shards and 21,841
   classes (written here: no shard is read; the loader's index is the manifest and the epoch plan).
 Numbers are measured, never asserted; docs/benchmarks.md ("Full ImageNet scale") keeps them.
@@ -132,26 +133,27 @@ print(json.dumps({{"members": n, "table_bytes_per_member": round(indexes["train"
 AUDIT = """
 import hashlib, json, sys, time
 from collections import Counter
-from imagenet_shards.pipeline.audit.duplicates import (KeyColumn, find_duplicate_content, find_duplicate_keys,
-                                                       key_hashes, pack_keys)
-from imagenet_shards.pipeline.audit.holdout import check_holdout
+import numpy as np
+from imagenet_shards.pipeline.audit.duplicates import key_hashes, pack_keys
+from imagenet_shards.pipeline.audit.run import ShardResult, set_wide_content, set_wide_key_checks
 from imagenet_shards.pipeline.format.label_spaces import label_space
 n, per = int(sys.argv[1]), 1000
 wnids = label_space("imagenet-22k").wnids
 t0 = time.monotonic()
-shards, counts = [], Counter()
-for s in range(0, n, per):  # what each audit worker sends back (audit/run.py ShardResult): packed keys, hashes, digests
+results, counts = [], Counter()
+for s in range(0, n, per):  # what each audit worker sends back (audit/run.py ShardResult)
     keys = [f"{{wnids[(s + i) % len(wnids)]}}_{{s + i}}" for i in range(min(per, n - s))]
     digests = b"".join(hashlib.blake2b(k.encode(), digest_size=16).digest() for k in keys)
-    counts.update(k.split("_")[0] for k in keys)
-    shards.append((f"train/imagenet22k-train-{{s // per:06d}}.tar", pack_keys(keys), len(keys), key_hashes(keys), digests))
+    c = Counter(k.split("_")[0] for k in keys)
+    counts.update(c)
+    results.append(ShardResult(f"train/imagenet22k-train-{{s // per:06d}}.tar", "train", [], pack_keys(keys),
+                               len(keys), key_hashes(keys), np.arange(len(keys), dtype=np.uint32).tobytes(),
+                               digests, c, True, len(keys) * 3072))
 built = time.monotonic()
-column = KeyColumn([p for _, p, _, _, _ in shards], [c for _, _, c, _, _ in shards])
-problems = find_duplicate_keys([(u, KeyColumn([p], [c])) for u, p, c, _, _ in shards], [h for _, _, _, h, _ in shards])
-dups = find_duplicate_content({{"train": (column, b"".join(d for *_, d in shards))}})
 m = {{"config": {{"holdout": {{"per_class": 10}}}}, "splits": {{"train": {{"class_counts": dict(counts)}},
       "val": {{"class_counts": {{}}}}}}, "rejected": []}}
-check_holdout(m, {{"train": (column, b"".join(h for _, _, _, h, _ in shards)), "val": ([], b"")}})
+problems = set_wide_key_checks(m, results, ["train"], True)
+dups = set_wide_content(results, ["train"])
 print(json.dumps({{"samples": n, "build_s": round(built - t0, 1), "checks_s": round(time.monotonic() - built, 1),
                   "problems": len(problems)}}))
 """
@@ -201,11 +203,12 @@ def _steps(folder: Path, samples: int, classes: int, part_of: int, workers: int,
         shutil.rmtree(out)
     py = [sys.executable, "-c"]
     steps = []
-    progress(f"{samples:,}: prepare-shards (index + plan of everything, build 1/{part_of}) ...")
-    steps.append(scale.measure("prepare", py + [
-        "import sys; from imagenet_shards.pipeline.prepare.cli import main; sys.exit(main())",
-        "--train", str(src), "--holdout-per-class", str(HOLDOUT), "--part", f"0/{part_of}", "--out", str(out),
-        "--workers", str(workers), "--quiet", "--json"], work / "prepare.log"))
+    if "prepare" not in skip:
+        progress(f"{samples:,}: prepare-shards (index + plan of everything, build 1/{part_of}) ...")
+        steps.append(scale.measure("prepare", py + [
+            "import sys; from imagenet_shards.pipeline.prepare.cli import main; sys.exit(main())",
+            "--train", str(src), "--holdout-per-class", str(HOLDOUT), "--part", f"0/{part_of}", "--out", str(out),
+            "--workers", str(workers), "--quiet", "--json"], work / "prepare.log"))
     if "audit" not in skip:
         progress(f"{samples:,}: audit set-wide state ...")
         steps.append(scale.measure("audit", py + [AUDIT.format(), str(samples)], work / "audit.log"))
@@ -257,7 +260,7 @@ def main(argv=None) -> int:
     p.add_argument("--classes", type=int, default=21841)
     p.add_argument("--part-of", type=int, default=100, help="prepare builds part 0 of this many (default 100)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--skip", default="", help="comma-separated steps to leave out: trace, audit, loader")
+    p.add_argument("--skip", default="", help="comma-separated steps to leave out: prepare, trace, audit, loader")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     say = (lambda m: print(m, file=sys.stderr, flush=True))

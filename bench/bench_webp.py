@@ -28,11 +28,16 @@ from imagenet_shards.pipeline.tools.synthetic.images import class_styles, imagen
 from imagenet_shards.train.loader import decode as dec
 
 
-def images(n: int, quality: int) -> tuple[list[bytes], list[bytes]]:
+def images(n: int, quality: int, max_short: int | None) -> tuple[list[bytes], list[bytes]]:
+    """`n` photos as (JPEG, WEBP) at `quality`; `max_short`: first shrunk so the shorter side is at most
+    that (timm's imagenet-w21-webp-wds: 768)."""
     styles, jpegs, webps = class_styles(10, 0), [], []
     for i in range(n):
         rng = np.random.default_rng([i, 31])
-        data, _ = photo_bytes(styles[i % 10], rng, *imagenet_like_size(rng), quality)
+        w, h = imagenet_like_size(rng)
+        if max_short and min(w, h) > max_short:
+            w, h = round(w * max_short / min(w, h)), round(h * max_short / min(w, h))
+        data, _ = photo_bytes(styles[i % 10], rng, w, h, quality)
         img = Image.open(io.BytesIO(data)).convert("RGB")
         buf = io.BytesIO()
         img.save(buf, "WEBP", quality=quality)
@@ -57,6 +62,7 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--quality", type=int, default=90)
+    p.add_argument("--max-short", type=int, default=None, help="shrink first to this shorter side (timm's w21: 768)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if not features.check("webp"):
@@ -64,7 +70,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    jpegs, webps = images(args.images, args.quality)
+    jpegs, webps = images(args.images, args.quality, args.max_short)
     rows = [("webp", "pil", webps), ("jpeg", "pil", jpegs)]
     if dec.resolve_decoder("turbo") == "turbo":
         rows.append(("jpeg", "turbo", jpegs))
@@ -75,7 +81,7 @@ def main(argv=None) -> int:
                 ms = per_image_ms(blobs, how, decoder)
                 key = f"{how} {fmt} ({decoder})"
                 best[key] = min(best.get(key, ms), ms)
-    result = {"images": args.images, "quality": args.quality, "mean_bytes": {
+    result = {"images": args.images, "quality": args.quality, "max_short": args.max_short, "mean_bytes": {
         "jpeg": round(sum(map(len, jpegs)) / len(jpegs)), "webp": round(sum(map(len, webps)) / len(webps))},
         "ms_per_image": {k: round(v, 3) for k, v in best.items()}}
     for how in ("train", "val"):

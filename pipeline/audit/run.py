@@ -14,11 +14,15 @@ imagenet_shards.pipeline.storage, so DATA may be a local path or a URL.
 
 from __future__ import annotations
 
+import bisect
 import json
 import posixpath
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from tqdm import tqdm
 
@@ -48,10 +52,9 @@ class ShardResult:
     problems: list[Problem]
     packed_keys: bytes  # every sample's key, in shard order (duplicates.pack_keys)
     num_keys: int
-    hashes: bytes  # 8 bytes a key (duplicates.key_hashes)
-    image_keys: bytes  # the samples that have a .jpg, in the order of `digests` (packed)
-    num_images: int
-    digests: bytes
+    hashes: bytes | None  # 8 bytes a key (duplicates.key_hashes); moved into one array by `audit`
+    image_rows: bytes  # uint32 positions of the samples that have an image, in the order of `digests`
+    digests: bytes | None  # 16 bytes an image; moved into one array by `audit`
     class_counts: Counter
     complete: bool  # read to its end, no structural fault, count as listed
     bytes_read: int
@@ -61,8 +64,37 @@ class ShardResult:
         return KeyColumn([self.packed_keys], [self.num_keys])
 
     @property
-    def content_keys(self) -> KeyColumn:
-        return KeyColumn([self.image_keys], [self.num_images])
+    def num_images(self) -> int:
+        return len(self.image_rows) // 4
+
+
+class _ImageKeys(Sequence):
+    """The keys of the samples with an image, over a split's shard results, in digest order."""
+
+    def __init__(self, results: list[ShardResult]):
+        self._results, self._ends = results, np.cumsum([r.num_images for r in results]).tolist()
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, j: int) -> str:
+        s = bisect.bisect_right(self._ends, j)
+        r = self._results[s]
+        return r.keys[int(np.frombuffer(r.image_rows, dtype=np.uint32)[j - (self._ends[s - 1] if s else 0)])]
+
+
+def _gather(results: list[ShardResult], name: str, width: int) -> np.ndarray:
+    """The results' `name` bytes (uint64 words, `width` a sample) as one array, each result's own
+    bytes let go as they are copied: the set-wide arrays never exist twice."""
+    n = sum(len(getattr(r, name)) for r in results) // (8 * width)
+    out = np.empty((n, width), dtype="<u8")
+    at = 0
+    for r in results:
+        a = np.frombuffer(getattr(r, name), dtype="<u8").reshape(-1, width)
+        out[at:at + len(a)] = a
+        at += len(a)
+        setattr(r, name, None)
+    return out if width > 1 else out.reshape(-1)
 
 
 def audit_shard(data: str, split: str, entry: dict, classes: list[dict], deep: bool,
@@ -74,8 +106,8 @@ def audit_shard(data: str, split: str, entry: dict, classes: list[dict], deep: b
     counts = Counter(w for s in obs.samples if (w := sample_wnid(s, classes)) is not None)
     complete = obs.exists and obs.complete and not obs.read_error and len(obs.samples) == entry["num_samples"]
     keys = [s.key for s in obs.samples]
-    return ShardResult(entry["url"], split, problems, pack_keys(keys), len(keys), key_hashes(keys),
-                       pack_keys([s.key for s in with_image]), len(with_image),
+    rows = np.array([i for i, s in enumerate(obs.samples) if s.digest], dtype=np.uint32).tobytes()
+    return ShardResult(entry["url"], split, problems, pack_keys(keys), len(keys), key_hashes(keys), rows,
                        b"".join(s.digest for s in with_image), counts, complete,
                        obs.size if obs.exists and obs.size is not None else 0)
 
@@ -151,11 +183,7 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
     results = _run_shards(data, jobs, classes, deep, workers, progress, m.get("adopted"))
     for r in results:
         problems += r.problems
-    problems += find_duplicate_keys([(r.url, r.keys) for r in results], [r.hashes for r in results])
-    if sound:
-        problems += check_holdout(m, {s: (KeyColumn([r.packed_keys for r in results if r.split == s],
-                                                    [r.num_keys for r in results if r.split == s]),
-                                          b"".join(r.hashes for r in results if r.split == s)) for s in splits})
+    problems += set_wide_key_checks(m, results, splits, sound)
     for split in splits:
         mine = [r for r in results if r.split == split]
         if split in usable and all(r.complete for r in mine):  # else the shard problems already say why
@@ -167,9 +195,7 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
             "samples_manifest": m["splits"][split].get("num_samples"),
             "samples_read": sum(r.num_keys for r in mine), "bytes_read": sum(r.bytes_read for r in mine),
             "classes_seen": len(set().union(*(r.class_counts for r in mine))) if mine else 0}
-    report.duplicates = find_duplicate_content(
-        {s: (KeyColumn([r.image_keys for r in results if r.split == s], [r.num_images for r in results if r.split == s]),
-             b"".join(r.digests for r in results if r.split == s)) for s in splits})
+    report.duplicates = set_wide_content(results, splits)
     problems += duplicate_warnings(report.duplicates)
     if facts is not None and sound:
         problems += check_expect(m, facts[0], facts[1], splits, expect)
@@ -179,6 +205,30 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
     report.timing = {"wall_s": round(wall, 3), "bytes_read": total,
                      "mb_per_s": round(total / wall / 1e6, 1) if wall > 0 else None}
     return report
+
+
+def set_wide_key_checks(m: dict, results: list[ShardResult], splits: list[str], sound: bool) -> list[Problem]:
+    """Keys unique across the set and, with a held-out split, val disjoint from train: from the
+    results' packed keys and hashes (made one array here, ~8 B a sample: the full ImageNet's 14.2 M
+    fit the audit's budget; docs/benchmarks.md "Full ImageNet scale")."""
+    hashes = _gather(results, "hashes", 1)
+    out = find_duplicate_keys([(r.url, r.keys) for r in results], hashes)
+    spans, at = {}, 0
+    for r in results:  # jobs are grouped by split: each split's keys are one run of `hashes`
+        start = spans.get(r.split, (at,))[0]
+        at += r.num_keys
+        spans[r.split] = (start, at)
+    if sound:
+        out += check_holdout(m, {s: (KeyColumn([r.packed_keys for r in results if r.split == s],
+                                               [r.num_keys for r in results if r.split == s]),
+                                     hashes[slice(*spans.get(s, (0, 0)))]) for s in splits})
+    return out
+
+
+def set_wide_content(results: list[ShardResult], splits: list[str]) -> dict:
+    """Byte-identical images within and across splits (find_duplicate_content), from the results' digests."""
+    return find_duplicate_content({s: (_ImageKeys(mine), _gather(mine, "digests", 2)) for s in splits
+                                   for mine in [[r for r in results if r.split == s]]})
 
 
 def _run_shards(data, jobs, classes, deep, workers, progress, adopted=None) -> list[ShardResult]:
