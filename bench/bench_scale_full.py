@@ -135,12 +135,12 @@ import hashlib, json, sys, time
 from collections import Counter
 import numpy as np
 from imagenet_shards.pipeline.audit.duplicates import key_hashes, pack_keys
-from imagenet_shards.pipeline.audit.run import ShardResult, set_wide_content, set_wide_key_checks
+from imagenet_shards.pipeline.audit.run import ShardResult, fold_class_counts, set_wide_content, set_wide_key_checks
 from imagenet_shards.pipeline.format.label_spaces import label_space
 n, per = int(sys.argv[1]), 1000
 wnids = label_space("imagenet-22k").wnids
 t0 = time.monotonic()
-results, counts = [], Counter()
+results, counts, folded = [], Counter(), {{}}
 for s in range(0, n, per):  # what each audit worker sends back (audit/run.py ShardResult)
     keys = [f"{{wnids[(s + i) % len(wnids)]}}_{{s + i}}" for i in range(min(per, n - s))]
     digests = b"".join(hashlib.blake2b(k.encode(), digest_size=16).digest() for k in keys)
@@ -149,6 +149,7 @@ for s in range(0, n, per):  # what each audit worker sends back (audit/run.py Sh
     results.append(ShardResult(f"train/imagenet22k-train-{{s // per:06d}}.tar", "train", [], pack_keys(keys),
                                len(keys), key_hashes(keys), np.arange(len(keys), dtype=np.uint32).tobytes(),
                                digests, c, True, len(keys) * 3072))
+    fold_class_counts(results[-1], folded)  # as audit() does when a result arrives
 built = time.monotonic()
 m = {{"config": {{"holdout": {{"per_class": 10}}}}, "splits": {{"train": {{"class_counts": dict(counts)}},
       "val": {{"class_counts": {{}}}}}}, "rejected": []}}
