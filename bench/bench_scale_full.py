@@ -9,8 +9,8 @@ measures the index paths at --samples (default 3.0 M) and reports bytes per samp
 14.2 M (the issue's budget: <= 1.5 GB per process):
 - **prepare**: the real `prepare-shards --train fall11_whole.tar --holdout-per-class 10 --part 0/P`
   on a generated fall11-layout archive (FOLDER/input-full: a tar of 21,841 per-synset tars of
-  `nXXXXXXXX_<n>.JPEG`, class sizes skewed as the release's, every image the same ~330 B JPEG, so
-  the 3 M-member archive is ~3 GB). The main process indexes and plans all of it (imagenet-22k,
+  `nXXXXXXXX_<n>.JPEG`, class sizes skewed as the release's, every image the same ~630 B JPEG, so
+  the 3 M-member archive is ~4.7 GB). The main process indexes and plans all of it (imagenet-22k,
   the held-out split) and writes the job state; this part then builds 1/P of the shards, so the
   workers' share of it shows too without writing 9 GB of shards. Peak RSS/PSS per process as
   bench_scale.py samples it (VmHWM, smaps_rollup).
