@@ -13,6 +13,8 @@ from collections import Counter
 from typing import Iterable, NamedTuple
 
 from imagenet_shards.pipeline import __version__, storage
+from imagenet_shards.pipeline.format.keys import train_key_wnid
+from imagenet_shards.pipeline.format.subset import selects
 
 FORMAT = "imagenet-shards-manifest"
 FORMAT_VERSION = 1
@@ -49,10 +51,12 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
     records written before ``fix_counts`` existed list every fixed sample and are counted here."""
     splits, rejected, skipped, fix_samples = {}, [], [], []
     fix_counts: Counter = Counter()
+    subset = state["config"].get("subset")
     for split, split_state in sorted(state["splits"].items()):
         split_rejected = list(split_state["plan_rejected"])
         split_skipped = list(split_state.get("plan_skipped", []))
         class_counts: Counter = Counter()
+        failed: dict[str, Counter] = {}
         shards, last = [], -1
         for r in records[split]:
             if r["index"] <= last:
@@ -61,6 +65,8 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
             split_rejected += r["rejected"]
             split_skipped += r["skipped"]
             class_counts.update(r["class_counts"])
+            for wnid, reasons in _failed_by_class(r).items():
+                failed.setdefault(wnid, Counter()).update(reasons)
             if "fix_counts" in r:
                 fix_counts.update(r["fix_counts"])
             for f in r["fixed"]:
@@ -84,6 +90,9 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
                 entry[k] = split_state[k]
         if "held_out_from" in split_state:
             entry["held_out_from"] = split_state["held_out_from"]
+        if selects(subset, split):  # the classes a draw left short: drawn images rejected or skipped
+            entry["short_classes"] = {w: {"drawn": class_counts[w] + sum(c.values()), "samples": class_counts[w],
+                                          "reasons": dict(sorted(c.items()))} for w, c in sorted(failed.items())}
         if entry["images_in"] != (num_samples + entry["num_rejected"] + entry["num_skipped"]
                                   + sum(entry.get(k, 0) for k in LEFT_OUT)):
             raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
@@ -118,6 +127,19 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
     }
     if "label_space" in state:  # a run that named one (an ILSVRC run without --label-space has none)
         out["label_space"] = state["label_space"]
+    return out
+
+
+def _failed_by_class(record: dict) -> dict[str, dict[str, int]]:
+    """A shard record's planned images that are not samples, by class and reason; for a record
+    written before records counted them, attributed by the WNID a train key names."""
+    if "failed_by_class" in record:
+        return record["failed_by_class"]
+    out: dict[str, Counter] = {}
+    for x in record["rejected"] + record["skipped"]:
+        wnid = train_key_wnid(x["key"])
+        if wnid is not None:
+            out.setdefault(wnid, Counter())[x["reason"]] += 1
     return out
 
 

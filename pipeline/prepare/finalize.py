@@ -93,5 +93,6 @@ def summarize(manifest: dict) -> dict:
             "fixed_by_kind": manifest["fixed"]["counts"],
             "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
                            "skipped": v["num_skipped"], "images_in": v["images_in"],
-                           **{k: v[k] for k in (*LEFT_OUT, "held_out_from") if k in v}}
+                           **{k: v[k] for k in (*LEFT_OUT, "held_out_from") if k in v},
+                           **({"short_classes": v["short_classes"]} if v.get("short_classes") else {})}
                        for s, v in manifest["splits"].items()}}
