@@ -127,14 +127,16 @@ def _present(members) -> list[str]:
 def resolve_label_space(config: Config, classes: list[str]) -> tuple[Config, list[str]]:
     """(config with its label space resolved, the class list labels index). No --label-space: the
     sources' sorted WNIDs (ImageNet-1k for the ILSVRC2012 archives: the config stays as it was, so
-    the bytes do; also under --classes, which relabels), or `imagenet-22k` for sources holding
-    classes outside ImageNet-1k (a full release);
+    the bytes do; also under --classes, which relabels, and for WNIDs outside every release), or
+    `imagenet-22k` for sources whose classes are fall11 synsets, not all ImageNet-1k's (a full release);
     `present`: the sources' WNIDs, recorded. PrepareError if no class of the sources is in the space."""
     space = config.label_space
     if space is None:
-        if is_imagenet_1k(classes) or config.classes is not None:  # --classes relabels among the kept classes
+        full = label_space("imagenet-22k")
+        # ILSVRC-like, a class subset (--classes relabels among the kept), or WNIDs no release has: as before
+        if is_imagenet_1k(classes) or config.classes is not None or not set(classes) <= set(full.wnids):
             return config, classes
-        space = label_space("imagenet-22k")
+        space = full
     elif space == PRESENT:
         space = present_space(classes)
     if not set(classes) & set(space.wnids):
