@@ -122,7 +122,11 @@ def build_adopt_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-labels", action="store_true",
                    help="adopt samples whose label no WNID proves (e.g. val keys without a .json), taking their .cls "
                         "as sorted-WNID indexes on trust (recorded in the manifest)")
-    p.add_argument("--deep", action="store_true", help="fully decode every image (default: JPEG header only)")
+    p.add_argument("--deep", action="store_true",
+                   help="fully decode every image (default: read each image's header only)")
+    p.add_argument("--exclude-bad", action="store_true",
+                   help="leave out samples whose image nothing decodes (each recorded in the manifest with its "
+                        "reason; audit-shards and the loader pass over them) instead of refusing the set")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     storage.add_storage_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -140,7 +144,7 @@ def adopt_main(argv: list[str]) -> int:
             if url:
                 storage.apply_storage_options(url, args.storage_option)
         summary = adopt(args.src, out=args.out, trust_labels=args.trust_labels, deep=args.deep,
-                        workers=args.workers, progress=not args.quiet)
+                        exclude_bad=args.exclude_bad, workers=args.workers, progress=not args.quiet)
     except (AdoptError, OSError, ValueError) as e:
         if args.json:
             print(json.dumps({"adopted": False, "error": one_line(e), "problems": [
