@@ -71,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     sz.add_argument("--shard-bytes", type=storage.positive_size, default=None,
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    sh.add_argument("--splits", default="train,val", help="which splits to build: train, val, test (default train,val)")
+    sh.add_argument("--splits", default="train,val", help="which splits to build: train, val, test (default train,val); "
+                                                         "each must end with at least one sample")
+    sh.add_argument("--allow-partial-val", action="store_true",
+                    help="build val from a source that holds other images than the devkit's ground truth lists "
+                         "(default: an error; recorded in the manifest)")
     sub = p.add_argument_group("subsets (reproducible with --seed; recorded in the manifest; docs/prepare.md)")
     sub.add_argument("--classes", metavar="N|FILE",
                      help="keep N classes drawn with --seed, or those of FILE (one WNID a line, # comments); "
@@ -242,7 +246,7 @@ def main(argv=None) -> int:
                         shard_samples=None if args.shard_bytes else
                         (1000 if args.shard_samples is None else args.shard_samples),
                         classes=None if args.classes is None else classes_option(args.classes),
-                        per_class=args.per_class, fraction=args.fraction,
+                        per_class=args.per_class, fraction=args.fraction, allow_partial_val=args.allow_partial_val,
                         train_list=None if args.train_list is None else read_train_list(args.train_list))
         storage.apply_storage_options(args.out, args.storage_option)
         if config.restart_markers and not args.quiet:

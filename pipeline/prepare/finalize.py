@@ -46,6 +46,11 @@ def finalize(out: str) -> dict:
         records = {split: _read_records(outdir, split, state["splits"][split]["num_shards"])
                    for split in state["config"]["splits"]}
         manifest = build_manifest(state, records)
+        from imagenet_shards.pipeline.prepare.split_checks import empty_in_manifest  # it imports PrepareError
+
+        error = empty_in_manifest(manifest)
+        if error:
+            raise PrepareError(error)
         write_outputs(out, manifest)
         return manifest
     except OSError as e:

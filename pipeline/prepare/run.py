@@ -27,6 +27,7 @@ from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of,
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, index_split,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
 from imagenet_shards.pipeline.prepare.spill import spill
+from imagenet_shards.pipeline.prepare.split_checks import check_val_source, empty_split_error
 from imagenet_shards.pipeline.prepare.subset import SubsetError
 
 
@@ -46,10 +47,13 @@ def local_sources(**sources) -> dict:
             for name, value in sources.items()}
 
 
-def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None):
+def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None,
+                  recorded: dict | None = None):
     """Index the sources of the requested splits; returns (indexes, class WNIDs sorted).
 
-    ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms)."""
+    ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms). ``recorded``
+    (when given) receives, per split, what its sources entry records beyond the index: for a val
+    source taken with ``allow_partial_val``, the ground truth's count (``split_checks``)."""
     train, val, devkit, val_labels, test = local_sources(train=train, val=val, devkit=devkit,
                                                          val_labels=val_labels, test=test).values()
     indexes = {}
@@ -91,6 +95,10 @@ def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=
             + (f" (missing from train: {', '.join(missing[:5])}{'…' if len(missing) > 5 else ''})" if missing else "")
             + (f" (not in devkit: {', '.join(extra[:5])}{'…' if len(extra) > 5 else ''})" if extra else "")
             + "; use the devkit that belongs to these archives")
+    if "val" in indexes and devkit:  # the ground truth lists every val image: the source must hold those
+        partial = check_val_source(indexes["val"], labels, allow_partial=cfg.allow_partial_val)
+        if partial is not None and recorded is not None:
+            recorded["val"] = partial
     if "val" in indexes:
         unknown = sorted({m.wnid for m in indexes["val"].members if m.wnid and m.wnid not in set(classes)})
         if unknown:
@@ -272,19 +280,25 @@ def _run(outdir, t0: float, *, out, part, **job) -> dict:
 def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config: Config, workers, part,
                 overwrite, verify_existing, progress) -> tuple[dict, list[int]]:
     """Index, plan and build this part's shards; (summary, global numbers of the shards not done yet)."""
+    recorded: dict = {}
     try:
         indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels,
-                                         test=test)
+                                         test=test, recorded=recorded)
     except SourceError as e:
         raise PrepareError(str(e)) from None
     try:
         classes, label_1k, plans = plan_splits(config, {s: idx.members for s, idx in indexes.items()}, classes)
     except SubsetError as e:
         raise PrepareError(str(e)) from None
+    for split, plan in plans.items():  # a split asked for that would end with 0 samples: before any work
+        error = empty_split_error(split, indexes[split], plan)
+        if error:
+            raise PrepareError(error)
     state = {
         "config": config.as_dict(),
         "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
-                     "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
+                     "fingerprint": idx.fingerprint(), "members": len(idx.members), **recorded.get(idx.split, {})}
+                    for idx in indexes.values()],
         "classes": _class_table(classes, label_1k),
         "splits": {s: _split_state(indexes[s], p, config.subset) for s, p in plans.items()},
     }

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after N epochs in this invocation (the schedule still spans --epochs); "
                         "continue later with --resume auto")
     g.add_argument("--eval-only", action="store_true", help="evaluate --weights or --resume and exit")
+    g.add_argument("--no-val", action="store_true",
+                   help="train without evaluating (needed for a --data whose val split is missing or empty; "
+                        "no checkpoint-best then)")
     g.add_argument("--weights", metavar="FILE",
                    help="initial weights: a state dict or one of our checkpoints (a local path)")
     g.add_argument("--synthetic-data", action="store_true",

@@ -50,7 +50,7 @@ def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> N
     stop together with the first problem any node found (TrainError), before the first step."""
     problem = None
     if manifest is not None and info.local_rank == 0:  # one check per node (nodes may hold own copies)
-        splits = ["val"] if config.eval_only else ["train", "val"]
+        splits = ["val"] if config.eval_only else ["train"] if config.no_val else ["train", "val"]
         shards = preflight.listed_shards(manifest, config.data, splits)
         try:
             found = preflight.shard_problems(shards)

@@ -105,3 +105,25 @@ def test_bad_samples_are_counted_with_limit_batches(shards, tmp_path):
     epoch = next(r for r in read_metrics(out) if r["kind"] == "epoch")
     assert isinstance(epoch["bad_samples"], int) and epoch["bad_samples"] == 0
     assert epoch["loader"]["batches"] >= 2
+
+
+def test_a_shard_set_without_val_needs_no_val(tmp_path, capsys):
+    """prepare-shards --splits train writes a manifest without a val split: training on it would
+    evaluate on nothing, so it is refused unless --no-val (then it trains, keeps no best checkpoint)."""
+    from imagenet_shards.pipeline.prepare.run import Config, prepare
+    from imagenet_shards.pipeline.tools.synthetic.generate import generate
+
+    generate(tmp_path / "src", classes=2, train_per_class=8, val_per_class=1, quirks=False, progress=False)
+    data = tmp_path / "train-only"
+    prepare(out=str(data), train=tmp_path / "src" / "ILSVRC2012_img_train.tar", workers=1, progress=False,
+            config=Config(resize="longer:48", splits=("train",)))
+    out = tmp_path / "run"
+    assert run_cli("--data", data, "--out", out, *TINY, "--epochs", "1") == 2
+    err = _one_error_line(capsys)
+    assert "has no val split" in err and "--no-val" in err and not out.exists()
+    assert run_cli("--data", data, "--out", out, *TINY, "--epochs", "1", "--limit-batches", "1", "--no-val") == 0
+    epoch = next(r for r in read_metrics(out) if r["kind"] == "epoch")
+    assert "val_top1" not in epoch and (out / "checkpoint-latest.pt").exists()
+    assert not (out / "checkpoint-best.pt").exists()
+    assert run_cli("--data", data, "--out", out, *TINY, "--eval-only", "--resume", "auto", "--no-val") == 2
+    assert "drop --no-val" in _one_error_line(capsys)
