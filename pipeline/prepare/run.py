@@ -27,6 +27,7 @@ from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of,
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, index_split,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
 from imagenet_shards.pipeline.prepare.spill import spill
+from imagenet_shards.pipeline.storage.atomic import DiskFull, disk_full_error, is_disk_full
 from imagenet_shards.pipeline.prepare.split_checks import check_val_source, empty_split_error
 from imagenet_shards.pipeline.prepare.subset import SubsetError
 
@@ -191,6 +192,8 @@ def _open_out(out, state: dict, overwrite: bool) -> None:
         out.create()
         if old != state:
             out.write_json(STATE, state)
+    except DiskFull:
+        raise  # prepare() says what to do
     except OSError as e:
         raise PrepareError(f"cannot write to {out.where}: {e.strerror or storage.redact(e)}") from None
 
@@ -259,6 +262,9 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, tes
         return _run(outdir, t0, out=out, train=train, val=val, devkit=devkit, val_labels=val_labels, test=test,
                     config=config, workers=workers, part=part, overwrite=overwrite,
                     verify_existing=verify_existing, progress=progress)
+    except DiskFull as e:
+        outdir.discard_if_unused()
+        raise PrepareError(f"{e}: {outdir.room_advice}") from None
     except (PrepareError, OSError):
         outdir.discard_if_unused()
         raise
@@ -346,6 +352,10 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
                 pending = spill(pending, sequential, spill_dir, workers=workers, progress=bar)
             except SourceError as e:
                 raise PrepareError(str(e)) from None
+            except OSError as e:
+                if is_disk_full(e) and not isinstance(e, DiskFull):
+                    raise disk_full_error(spill_dir) from e  # the buckets are plain appends
+                raise
     totals = Counter(sp.split for sp in pending for _ in sp.samples)
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
                     dynamic_ncols=True, smoothing=0.05)
