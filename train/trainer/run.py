@@ -46,10 +46,11 @@ def _describe(result: dict) -> str:
 
 
 def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> None:
-    """Shards present with their recorded sizes, and room in /dev/shm, on every node; all ranks
-    stop together with the first problem any node found (TrainError), before the first step."""
-    problem = None
-    if manifest is not None and info.local_rank == 0:  # one check per node (nodes may hold own copies)
+    """A run folder rank 0 can write, shards present with their recorded sizes, and room in
+    /dev/shm, on every node; all ranks stop together with the first problem any node found
+    (TrainError), before the first step."""
+    problem = ckpt.out_problem(config.out) if info.is_main else None
+    if problem is None and manifest is not None and info.local_rank == 0:  # one check per node (own copies)
         splits = ["val"] if config.eval_only else ["train"] if config.no_val else ["train", "val"]
         shards = preflight.listed_shards(manifest, config.data, splits)
         try:
@@ -97,7 +98,10 @@ def train(config: TrainConfig) -> dict:
             print0(info, note)
     out = Path(config.out)
     if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # out_problem found it writable a moment ago
+            raise TrainError(f"cannot create --out {out}: {e.strerror or e}") from None
     state, state_path = ckpt.resume_state(config, num_classes)
     start_epoch = state["epoch"] if state else 0
     ramp = tuple(config.ramp_epochs) if config.ramp_epochs else default_ramp(config.epochs)
