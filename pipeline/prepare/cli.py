@@ -19,6 +19,7 @@ import sys
 import textwrap
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.interrupts import run_cli
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
@@ -220,6 +221,12 @@ def expand_sources(values: list[str] | None):
 
 
 def main(argv=None) -> int:
+    """prepare-shards: 0 done, 2 could not run (one line), 130/143 interrupted by SIGINT/SIGTERM
+    (one line; the rerun resumes)."""
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
     from imagenet_shards.pipeline.prepare.run import PrepareError, finalize, parse_part, prepare, summarize

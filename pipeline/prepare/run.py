@@ -10,6 +10,7 @@ classes are known (`plan.plan_splits`): the kept classes, their labels and 1k in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -322,7 +323,12 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     reused = len(mine) - len(pending)
     del records, mine
     outdir.clean_stale(pending)  # temp files left by a killed run
-    done_images = _build(outdir, pending, config, workers, progress, sequential)
+    try:
+        done_images = _build(outdir, pending, config, workers, progress, sequential)
+    except BaseException:  # an error or Interrupted: the workers are stopped; what they left goes too
+        with contextlib.suppress(OSError):
+            outdir.clean_stale(pending)
+        raise
     done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
@@ -344,6 +350,14 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
         return 0
     out.start_staging()
     spill_dir = out.scratch("spill")
+    try:
+        return _build_shards(out, pending, config, workers, progress, sequential, spill_dir)
+    finally:  # the buckets are a copy: a rerun spills again
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def _build_shards(out, pending: list[ShardSpec], config: Config, workers: int | None, progress: bool,
+                  sequential: dict[str, str], spill_dir: str) -> int:
     if sequential:
         files = {s.path for sp in pending for s in sp.samples if s.path in sequential}
         with tqdm(total=len(files), desc="read sequential sources", unit="file", disable=not progress,
@@ -372,7 +386,6 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
     finally:
         for b in bars.values():
             b.close()
-    shutil.rmtree(spill_dir, ignore_errors=True)
     return sum(totals.values())
 
 

@@ -4,7 +4,8 @@ Single process:  train-imagenet --data DATA --out RUN_DIR [options]
 DDP:             torchrun --nproc_per_node=8 -m imagenet_shards.train --data DATA --out RUN_DIR [options]
 URLs: only --data takes a URL (s3://, gs://, http(s)://, ...). --out, --cache-dir, --weights and
 --resume PATH are local paths; a URL there is refused (exit 2) rather than taken as a folder name.
-Exit codes: 0 done, 2 the run could not start or continue (the message says why).
+Exit codes: 0 done, 2 the run could not start or continue (the message says why), 130/143 stopped by
+SIGINT (Ctrl-C)/SIGTERM (one line; --resume auto continues from the last checkpoint).
 """
 
 from __future__ import annotations
@@ -126,20 +127,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2."""
+    """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2,
+    SIGINT/SIGTERM into one line and 130/143 (`lifecycle.RunSignals`)."""
     args = build_parser().parse_args(argv)
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
     from imagenet_shards.train.trainer.config import TrainConfig, TrainError
+    from imagenet_shards.train.trainer.lifecycle import RunSignals
     from imagenet_shards.train.trainer.run import train
+
+    def run() -> int:
+        try:
+            train(TrainConfig(**vars(args)))
+        except TrainError as e:
+            rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
+            print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
+            return 2
+        return 0
+
     try:
-        train(TrainConfig(**vars(args)))
-    except TrainError as e:
-        rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
-        print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
-        return 2
+        return RunSignals().run(run, resuming=args.resume == "auto")
     finally:
         shutdown_distributed()
-    return 0
 
 
 if __name__ == "__main__":
