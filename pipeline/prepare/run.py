@@ -374,14 +374,15 @@ def _build_shards(out, pending: list[ShardSpec], config: Config, workers: int | 
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
                     dynamic_ncols=True, smoothing=0.05)
             for i, s in enumerate(sorted(totals, key=SPLITS.index))}
-    rejected = Counter()
+    rejected, skipped = Counter(), Counter()  # the summary's two words: rejected (bad images), skipped (non-images)
     policy = config.policy()
     try:
         for _, rec in run_jobs(out.build, [(sp, policy) for sp in pending], workers=workers):
             out.write_json(record_rel(rec["split"], rec["index"]), rec)
-            rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
+            rejected[rec["split"]] += len(rec["rejected"])
+            skipped[rec["split"]] += len(rec["skipped"])
             bar = bars[rec["split"]]
-            bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
+            bar.set_postfix(rejected=rejected[rec["split"]], skipped=skipped[rec["split"]], refresh=False)
             bar.update(rec["planned"])
     finally:
         for b in bars.values():

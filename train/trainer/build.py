@@ -46,12 +46,14 @@ def read_dataset(config: TrainConfig) -> tuple[dict | None, int, int]:
     print `val top1 0.00% (0 images)` every epoch and keep no best checkpoint."""
     if not config.data:
         return None, 1000, IMAGENET_TRAIN_SAMPLES
-    from imagenet_shards.pipeline.format.manifest import read_manifest
+    from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest
     try:
         manifest = read_manifest(config.data)
         found = manifest, len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])
+    except ManifestError as e:  # its message already says what to do
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e}") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e} "
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e!r} "
                          f"(point --data at a prepare-shards output directory)") from None
     val = manifest["splits"].get("val")
     if not config.no_val and not config.synthetic_data and not (isinstance(val, dict) and val.get("num_samples")):

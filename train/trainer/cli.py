@@ -11,6 +11,7 @@ SIGINT (Ctrl-C)/SIGTERM (one line; --resume auto continues from the last checkpo
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -134,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     from imagenet_shards.train.trainer.config import TrainConfig, TrainError
     from imagenet_shards.train.trainer.lifecycle import RunSignals
     from imagenet_shards.train.trainer.run import train
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     def run() -> int:
         try:
-            train(TrainConfig(**vars(args)))
+            # warnings our modules log (a bad sample skipped) go above the progress bars, not into them
+            with logging_redirect_tqdm(loggers=[logging.getLogger("imagenet_shards")]):
+                train(TrainConfig(**vars(args)))
         except TrainError as e:
             rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
             print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)

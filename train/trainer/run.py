@@ -9,6 +9,7 @@ evaluate (model, then EMA) -> metrics record -> checkpoint-latest (and -best).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
 
 import torch
@@ -94,8 +95,9 @@ def train(config: TrainConfig) -> dict:
     manifest, num_classes, num_train = read_dataset(config)
     _check_data(config, info, None if config.synthetic_data else manifest)
     if not config.synthetic_data:
-        for note in notes:
-            print0(info, note)
+        for note in notes + [host.workers_note(config.workers, host.usable_cores(), info.local_world_size)]:
+            if note:
+                print0(info, note)
     out = Path(config.out)
     if info.is_main:
         try:
@@ -109,20 +111,23 @@ def train(config: TrainConfig) -> dict:
     def res_at(epoch: int) -> int:
         return resolution_at(epoch, start_res=config.res, end_res=config.end_res, ramp=ramp)
 
-    parts = build(config, info, num_classes, num_train, res_at(start_epoch))
-    step, best_top1 = 0, None
-    if state is not None:
-        step = ckpt.restore(parts, state, state_path, config, info)
-        best_top1 = state.get("best_top1")
-        print0(info, f"resumed from {state_path} at epoch {start_epoch} (step {step})")
-    elif config.resume == "auto":
-        print0(info, f"--resume auto: no {out / ckpt.LATEST} yet, starting from scratch")
-    try:
-        return _run(config, info, parts, start_epoch=start_epoch, step=step, best_top1=best_top1,
-                    res_at=res_at)
-    except LoaderError as e:
-        hint = "" if "audit-shards" in str(e) else f"; run audit-shards {storage.redact(config.data)}"
-        raise TrainError(f"{e}{hint}") from None
+    with warnings.catch_warnings():  # said once above (host.workers_note), not per loader, epoch and rank
+        warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes",
+                                category=UserWarning)
+        parts = build(config, info, num_classes, num_train, res_at(start_epoch))
+        step, best_top1 = 0, None
+        if state is not None:
+            step = ckpt.restore(parts, state, state_path, config, info)
+            best_top1 = state.get("best_top1")
+            print0(info, f"resumed from {state_path} at epoch {start_epoch} (step {step})")
+        elif config.resume == "auto":
+            print0(info, f"--resume auto: no {out / ckpt.LATEST} yet, starting from scratch")
+        try:
+            return _run(config, info, parts, start_epoch=start_epoch, step=step, best_top1=best_top1,
+                        res_at=res_at)
+        except LoaderError as e:
+            hint = "" if "audit-shards" in str(e) else f"; run audit-shards {storage.redact(config.data)}"
+            raise TrainError(f"{e}{hint}") from None
 
 
 def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int, step: int,
