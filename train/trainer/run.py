@@ -22,6 +22,7 @@ from imagenet_shards.train.trainer.build import Parts, batch_bytes, build, read_
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError, check_flags, local_paths, resolve
 from imagenet_shards.train.trainer.distributed import DistInfo, average_buffers, gather_objects, init_distributed, print0
 from imagenet_shards.train.trainer.engine import AMP_DTYPES, EpochStats, evaluate, make_autocast, train_one_epoch
+from imagenet_shards.train.trainer.memory import MemoryWatch, epoch_memory
 from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher, LoaderError
 from imagenet_shards.train.trainer.schedule import default_ramp, resolution_at
 from imagenet_shards.train.trainer.telemetry import MetricsLog, gpu_memory_gib, make_profiler, process_memory
@@ -176,6 +177,7 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
         last: EpochStats | None = None
         res = res_at(start_epoch)
         profiler = make_profiler(config.profile, out / "profile", info.rank, info.device.type == "cuda")
+        memory_watch = MemoryWatch()
         end_epoch = config.epochs
         if config.stop_after_epochs:
             end_epoch = min(end_epoch, start_epoch + config.stop_after_epochs)
@@ -193,6 +195,7 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                     profiler=profiler if profiling else None, desc=f"epoch {epoch + 1}/{config.epochs}")
             step += last.steps
             loader = _loader_stats(parts.train_loader)
+            memory = epoch_memory()
             average_buffers(info, parts.raw)
             if parts.ema is not None:
                 average_buffers(info, parts.ema.module)
@@ -201,12 +204,16 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                           steady_img_per_s=last.steady_img_per_s, data_wait_fraction=last.data_wait_fraction,
                           epoch_seconds=last.seconds, first_step_seconds=last.first_step_seconds,
                           main_cpu_fraction=last.main_cpu_fraction, gpu_mem_gib=gpu_memory_gib(info.device),
-                          **process_memory(), bad_samples=loader.get("bad_samples"), loader=loader,
+                          **process_memory(), **memory, bad_samples=loader.get("bad_samples"), loader=loader,
                           **({"amp_scale": last.amp_scale, "amp_skipped_steps": last.amp_skipped_steps}
                              if last.amp_scale is not None else {}),
                           **run_eval(epoch))
             metrics.log("epoch", **result)
             print0(info, f"epoch {epoch + 1}/{config.epochs} " + _describe(result))
+            growth = memory_watch.observe(epoch, memory)
+            if growth:
+                metrics.log("memory_warning", epoch=epoch, step=step, line=growth)
+                print0(info, growth)
             if not config.synthetic_data:
                 best_top1 = ckpt.save(config, info, parts, epoch + 1, step, result, best_top1)
         result["weights_sha256"] = ckpt.state_dict_sha256(parts.raw)
