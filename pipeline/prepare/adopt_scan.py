@@ -62,7 +62,8 @@ def _name_lookup() -> dict[str, str | None]:
     return names
 
 
-def sample_evidence(key: str, members: dict[str, bytes], *, names: dict | None = None) -> tuple[int | None, str | None, list[tuple[str, str]]]:
+def sample_evidence(key: str, members: dict[str, bytes], *,
+                    names: dict | None = None) -> tuple[int | None, str | None, list[tuple[str, str]]]:
     """(label, WNID the sample names or None, problems) of one sample's members {ext: bytes}.
 
     The WNID comes from the .json (`wnid`/`synset`, a unique `class_name`, a WNID in `filename`) or

@@ -5,14 +5,15 @@ Today SIGINT (Ctrl-C) and SIGTERM (kill, Slurm, Kubernetes, torchrun) stop the r
 `finally` runs on the way out (the loader's workers are shut down, metrics.jsonl and TensorBoard
 closed, a checkpoint half-written is discarded by the atomic writer and the previous one kept);
 `train-imagenet` then prints one line, ``interrupted; rerun the same command to resume`` (or,
-when the command has no ``--resume auto``, how to add it), and exits 130 (SIGINT) or 143 (SIGTERM). DataLoader workers take the signals' default action and die
-quietly (`pipeline.interrupts`): only this process decides. ``--resume auto`` continues from the
-last epoch-end checkpoint. Exit codes are listed in docs/training.md.
+when the command has no ``--resume auto``, how to add it), and exits 130 (SIGINT) or 143
+(SIGTERM). The DataLoader workers, which get the same signal, exit quietly
+(`pipeline.interrupts`): only this process decides. ``--resume auto`` continues from the last
+epoch-end checkpoint. Exit codes are listed in docs/training.md.
 
 To make a signal mean something else (a checkpoint before stopping, a checkpoint and carry on),
-change `on_signal` to record the request instead of raising, add the signal to `signals`, and let
-the epoch loop ask `stop_requested` once per step (one attribute read: nothing else in the loop
-knows about signals).
+change `on_signal` to record the request on this object instead of raising, add the signal to
+`signals`, and let the epoch loop ask this object once per step (one attribute read: nothing else
+in the loop needs to know about signals).
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ class RunSignals:
     """The signal policy of one `train-imagenet` process; `run(body)` runs the command under it."""
 
     signals = SIGNALS
-
-    def __init__(self):
-        self.stop_requested: int | None = None  # a signal asking the loop to stop at the next step (unused yet)
 
     def on_signal(self, signum: int) -> None:
         """What a signal does: today, stop now."""

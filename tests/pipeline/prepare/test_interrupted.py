@@ -18,8 +18,8 @@ from imagenet_shards.pipeline.interrupts import MESSAGE
 
 def start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
     """prepare-shards in its own process group, with many small shards so that it runs a while."""
-    cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "--train", str(src / "ILSVRC2012_img_train.tar"),
-           "--val", str(src / "ILSVRC2012_img_val.tar"), "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"),
+    cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli",
+           "--train", str(src / "ILSVRC2012_img_train.tar"), "--val", str(src / "ILSVRC2012_img_val.tar"), "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"),
            "--out", str(out), "--shard-samples", "2", "--workers", "2", *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
