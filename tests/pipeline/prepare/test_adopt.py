@@ -482,9 +482,8 @@ def test_images_nothing_decodes_refuse_the_set_or_are_left_out_with_exclude_bad(
     for split, s in m["splits"].items():  # conservation: every sample is in a shard count or in rejected
         assert s["images_in"] == len(files[split]) == s["num_samples"] + s["num_rejected"]
     assert audit_main([str(src), "--quiet", "--deep", "--workers", "2"]) == 0  # the audit passes over them
-    for split in ("train", "val"):
-        keys, stats = read_everything(str(src), split)  # and so does the loader: no bad sample met
-        assert keys == sorted(f["key"] for f in files[split] if f["key"] not in bad) and stats["bad_samples"] == 0
+    for split in ("train", "val"):  # and so does the loader's reading stage
+        assert sorted(keys_read(str(src), split)) == sorted(f["key"] for f in files[split] if f["key"] not in bad)
 
     from imagenet_shards.pipeline.audit.run import audit
 
