@@ -7,7 +7,9 @@ epoch after epoch until the node's OOM killer ends the run, hours in. `epoch_mem
 proportional set (PSS: a page shared by the forked workers counts 1/N in each, so the sum is what
 they really hold; their RSS would count the parent's pages once per worker). `MemoryWatch` compares
 each epoch with the second one of the run (the first still starts workers and fills caches) and
-warns once when either figure has grown by more than 10 %.
+warns once when either figure has grown by more than 10 %. A change in the number of workers (the
+val loader's start after the first evaluation that `--eval-every` schedules) is a new set of
+processes, not growth: the comparison starts again from that epoch.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class MemoryWatch:
     def observe(self, epoch: int, memory: dict) -> str | None:
         """`epoch` (0-based) and its `epoch_memory()` figures."""
         self.seen += 1
-        if self.seen == 2:
+        rebase = self.base is not None and memory.get("workers") != self.base.get("workers")
+        if self.seen == 2 or rebase:
             self.base = dict(memory, epoch=epoch)
             return None
         if self.base is None or self.warned:

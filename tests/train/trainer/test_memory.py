@@ -24,13 +24,17 @@ FLAT = 0.05
 
 def test_the_watch_compares_with_the_second_epoch_and_warns_once():
     watch = MemoryWatch()
-    seen = [watch.observe(e, {"main_rss_gib": main, "workers_pss_gib": workers})
+    seen = [watch.observe(e, {"main_rss_gib": main, "workers": 2, "workers_pss_gib": workers})
             for e, (main, workers) in enumerate([(0.5, 0.1), (1.0, 0.4), (1.09, 0.43), (1.05, 0.45), (1.3, 0.9)])]
     assert seen[:3] == [None, None, None]  # epoch 1 fills caches; +9 % and +7.5 % are within 10 %
     assert seen[3] == ("warning: memory grew from epoch 2 to epoch 4: the loader workers' PSS 0.40 -> 0.45 GiB "
                        "(+12 %); memory that keeps growing ends in the OOM killer: look for references kept per "
                        "step or epoch (docs/training.md, 'Memory')")
     assert seen[4] is None  # once per run
+    watch = MemoryWatch()
+    more = [watch.observe(e, {"main_rss_gib": 1.0, "workers": n, "workers_pss_gib": pss})
+            for e, (n, pss) in enumerate([(2, 0.2), (2, 0.4), (4, 0.8), (4, 0.82), (4, 0.95)])]
+    assert more[:4] == [None] * 4 and "from epoch 3 to epoch 5" in more[4]  # the val workers started at epoch 3
 
 
 def _hold(mib: int, ready, done) -> None:
