@@ -10,6 +10,7 @@ classes are known (`plan.plan_splits`): the kept classes, their labels and 1k in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -27,6 +28,8 @@ from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of,
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, index_split,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
 from imagenet_shards.pipeline.prepare.spill import spill
+from imagenet_shards.pipeline.storage.atomic import DiskFull, disk_full_error, is_disk_full
+from imagenet_shards.pipeline.prepare.split_checks import check_val_source, empty_split_error
 from imagenet_shards.pipeline.prepare.subset import SubsetError
 
 
@@ -46,10 +49,13 @@ def local_sources(**sources) -> dict:
             for name, value in sources.items()}
 
 
-def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None):
+def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None,
+                  recorded: dict | None = None):
     """Index the sources of the requested splits; returns (indexes, class WNIDs sorted).
 
-    ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms)."""
+    ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms). ``recorded``
+    (when given) receives, per split, what its sources entry records beyond the index: for a val
+    source taken with ``allow_partial_val``, the ground truth's count (``split_checks``)."""
     train, val, devkit, val_labels, test = local_sources(train=train, val=val, devkit=devkit,
                                                          val_labels=val_labels, test=test).values()
     indexes = {}
@@ -91,6 +97,10 @@ def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=
             + (f" (missing from train: {', '.join(missing[:5])}{'…' if len(missing) > 5 else ''})" if missing else "")
             + (f" (not in devkit: {', '.join(extra[:5])}{'…' if len(extra) > 5 else ''})" if extra else "")
             + "; use the devkit that belongs to these archives")
+    if "val" in indexes and devkit:  # the ground truth lists every val image: the source must hold those
+        partial = check_val_source(indexes["val"], labels, allow_partial=cfg.allow_partial_val)
+        if partial is not None and recorded is not None:
+            recorded["val"] = partial
     if "val" in indexes:
         unknown = sorted({m.wnid for m in indexes["val"].members if m.wnid and m.wnid not in set(classes)})
         if unknown:
@@ -183,6 +193,8 @@ def _open_out(out, state: dict, overwrite: bool) -> None:
         out.create()
         if old != state:
             out.write_json(STATE, state)
+    except DiskFull:
+        raise  # prepare() says what to do
     except OSError as e:
         raise PrepareError(f"cannot write to {out.where}: {e.strerror or storage.redact(e)}") from None
 
@@ -251,6 +263,9 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, tes
         return _run(outdir, t0, out=out, train=train, val=val, devkit=devkit, val_labels=val_labels, test=test,
                     config=config, workers=workers, part=part, overwrite=overwrite,
                     verify_existing=verify_existing, progress=progress)
+    except DiskFull as e:
+        outdir.discard_if_unused()
+        raise PrepareError(f"{e}: {outdir.room_advice}") from None
     except (PrepareError, OSError):
         outdir.discard_if_unused()
         raise
@@ -272,19 +287,25 @@ def _run(outdir, t0: float, *, out, part, **job) -> dict:
 def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config: Config, workers, part,
                 overwrite, verify_existing, progress) -> tuple[dict, list[int]]:
     """Index, plan and build this part's shards; (summary, global numbers of the shards not done yet)."""
+    recorded: dict = {}
     try:
         indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels,
-                                         test=test)
+                                         test=test, recorded=recorded)
     except SourceError as e:
         raise PrepareError(str(e)) from None
     try:
         classes, label_1k, plans = plan_splits(config, {s: idx.members for s, idx in indexes.items()}, classes)
     except SubsetError as e:
         raise PrepareError(str(e)) from None
+    for split, plan in plans.items():  # a split asked for that would end with 0 samples: before any work
+        error = empty_split_error(split, indexes[split], plan)
+        if error:
+            raise PrepareError(error)
     state = {
         "config": config.as_dict(),
         "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
-                     "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
+                     "fingerprint": idx.fingerprint(), "members": len(idx.members), **recorded.get(idx.split, {})}
+                    for idx in indexes.values()],
         "classes": _class_table(classes, label_1k),
         "splits": {s: _split_state(indexes[s], p, config.subset) for s, p in plans.items()},
     }
@@ -302,7 +323,12 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     reused = len(mine) - len(pending)
     del records, mine
     outdir.clean_stale(pending)  # temp files left by a killed run
-    done_images = _build(outdir, pending, config, workers, progress, sequential)
+    try:
+        done_images = _build(outdir, pending, config, workers, progress, sequential)
+    except BaseException:  # an error or Interrupted: the workers are stopped; what they left goes too
+        with contextlib.suppress(OSError):
+            outdir.clean_stale(pending)
+        raise
     done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
@@ -324,6 +350,14 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
         return 0
     out.start_staging()
     spill_dir = out.scratch("spill")
+    try:
+        return _build_shards(out, pending, config, workers, progress, sequential, spill_dir)
+    finally:  # the buckets are a copy: a rerun spills again
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def _build_shards(out, pending: list[ShardSpec], config: Config, workers: int | None, progress: bool,
+                  sequential: dict[str, str], spill_dir: str) -> int:
     if sequential:
         files = {s.path for sp in pending for s in sp.samples if s.path in sequential}
         with tqdm(total=len(files), desc="read sequential sources", unit="file", disable=not progress,
@@ -332,23 +366,27 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
                 pending = spill(pending, sequential, spill_dir, workers=workers, progress=bar)
             except SourceError as e:
                 raise PrepareError(str(e)) from None
+            except OSError as e:
+                if is_disk_full(e) and not isinstance(e, DiskFull):
+                    raise disk_full_error(spill_dir) from e  # the buckets are plain appends
+                raise
     totals = Counter(sp.split for sp in pending for _ in sp.samples)
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
                     dynamic_ncols=True, smoothing=0.05)
             for i, s in enumerate(sorted(totals, key=SPLITS.index))}
-    rejected = Counter()
+    rejected, skipped = Counter(), Counter()  # the summary's two words: rejected (bad images), skipped (non-images)
     policy = config.policy()
     try:
         for _, rec in run_jobs(out.build, [(sp, policy) for sp in pending], workers=workers):
             out.write_json(record_rel(rec["split"], rec["index"]), rec)
-            rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
+            rejected[rec["split"]] += len(rec["rejected"])
+            skipped[rec["split"]] += len(rec["skipped"])
             bar = bars[rec["split"]]
-            bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
+            bar.set_postfix(rejected=rejected[rec["split"]], skipped=skipped[rec["split"]], refresh=False)
             bar.update(rec["planned"])
     finally:
         for b in bars.values():
             b.close()
-    shutil.rmtree(spill_dir, ignore_errors=True)
     return sum(totals.values())
 
 

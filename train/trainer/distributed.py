@@ -7,6 +7,7 @@ torch.distributed, so every helper here also works without a process group.
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 from dataclasses import dataclass
 
@@ -103,19 +104,27 @@ def gather_objects(info: DistInfo, obj) -> list:
     return out
 
 
-# DDP options. broadcast_buffers=False: DDP would otherwise broadcast every buffer from rank 0 before
-# each forward (a collective per step); BatchNorm statistics are averaged at epoch ends instead
-# (average_buffers), and all ranks start from the same seeded init. gradient_as_bucket_view=True:
-# gradients live in the all-reduce buckets, saving a copy and one model's worth of memory.
-DDP_OPTIONS = {"broadcast_buffers": False, "gradient_as_bucket_view": True}
+def ddp_options() -> dict:
+    """DistributedDataParallel's options, named as the installed torch wants them.
+
+    No buffer sync in forward: DDP would otherwise broadcast every buffer from rank 0 before each
+    forward (a collective per step); BatchNorm statistics are averaged at epoch ends instead
+    (average_buffers), and all ranks start from the same seeded init (so the one sync at init that
+    torch >= 2.13's `forward_sync_buffers=False` keeps is harmless; older torch spells it
+    `broadcast_buffers=False`, which 2.13 deprecates with a FutureWarning on every rank).
+    gradient_as_bucket_view=True: gradients live in the all-reduce buckets, saving a copy and one
+    model's worth of memory."""
+    params = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    no_sync = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+    return {no_sync: False, "gradient_as_bucket_view": True}
 
 
 def wrap_ddp(module: torch.nn.Module, info: DistInfo) -> torch.nn.Module:
-    """`module` under DistributedDataParallel with DDP_OPTIONS (the module itself for one process)."""
+    """`module` under DistributedDataParallel with `ddp_options()` (the module itself for one process)."""
     if not info.distributed:
         return module
     ids = [info.device.index] if info.device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids, **DDP_OPTIONS)
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids, **ddp_options())
 
 
 def average_buffers(info: DistInfo, module: torch.nn.Module) -> None:

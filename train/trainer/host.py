@@ -46,6 +46,18 @@ def default_workers(cores: int, local_ranks: int, cuda: bool) -> int:
     return max(1, cores // max(1, local_ranks) - (2 if cuda else 1))
 
 
+def workers_note(workers: int, cores: int, local_ranks: int) -> str | None:
+    """One line for the log when --workers asks for more loader processes than the node has cores
+    (torch's DataLoader says so itself, once per loader and rank; the trainer silences that and
+    prints this once), else None."""
+    total = workers * max(1, local_ranks)
+    if workers <= 0 or total <= cores:
+        return None
+    return (f"--workers {workers} per rank x {max(1, local_ranks)} rank(s) = {total} loader processes on {cores} "
+            f"usable cores: they will compete for them (the default here would be "
+            f"{default_workers(cores, local_ranks, cuda=False)} per rank on the CPU)")
+
+
 def shm_free_bytes(path: str = SHM) -> int | None:
     """Free bytes in /dev/shm (where worker batches live), or None where there is no such mount."""
     try:

@@ -90,8 +90,14 @@ class MetricsLog:
         record = _clean({"kind": kind, "time": time.time(), **fields})
         if not self.enabled:
             return record
-        self.file.write(json.dumps(record, sort_keys=True) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(record, sort_keys=True) + "\n")
+            self.file.flush()
+        except OSError as e:  # a full or vanished disk: one line, not a traceback from the epoch loop
+            from imagenet_shards.train.trainer.config import TrainError
+
+            raise TrainError(f"cannot write {self.file.name}: {e.strerror or e}; free space there (or move "
+                             "RUN_DIR to a disk with room), then continue with --resume auto") from None
         if self.tb is not None:
             step = fields.get("step", 0)
             for key, value in record.items():
