@@ -5,16 +5,23 @@ Worker processes only read tars (cheap), following the same per-epoch plan as th
 (`imagenet_shards.train.loader.plan.epoch_plan`: same shard order, equal full batches per train
 rank, every val sample once). A thread of the main process, on a CUDA stream of its own, decodes
 each batch with `torchvision.io.decode_jpeg(device="cuda")` (nvJPEG, batched) and crops it with the
-CPU loader's geometry (`decode`'s RandomResizedCrop / Resize+CenterCrop parameters, antialiased
-bilinear, flip) in one batched op; finished batches wait in a small queue. Output: uint8
+CPU loader's geometry (`decode`'s RandomResizedCrop / Resize+CenterCrop parameters, drawn for the
+whole batch at once: `gpu_crop`; antialiased bilinear, flip) in one batched op; finished batches wait
+in a small queue. Output: uint8
 [B,3,S,S] on the GPU, the CPU loader's contract, so the prefetcher and trainer run unchanged.
 
-Stream safety (pytorch/vision#9606, torchcodec#1634): nvJPEG's hardware engine writes its outputs
-from its own stream without waiting for the stream they were allocated on, so a block the caching
-allocator just recycled on that stream may still be in use by queued kernels. The decode stream is
-therefore drained (host-synchronized) before every decode. Batches cross to the consumer with a
-CUDA event (the consumer's stream waits on it) and `record_stream`, so their memory is not reused
-while the consumer's kernels still read it.
+Streams (pytorch/vision#9606, torchcodec#1634): torchvision's `decode_jpeg` allocates the decoded
+images on the caller's current stream, and nvJPEG's hardware engine writes them without waiting for
+that stream; a block the caching allocator recycled on a stream with queued kernels may still be in
+use by them. So the decode thread decodes with a stream of its own current that runs no kernel at
+all (`StreamOps.decoding`): no block of that stream's pool can be in use by queued work, and no
+drain (host sync) is needed. The crop runs on a second stream, behind an event recorded after the
+decode, and the decoded images are `record_stream`ed onto it, so their blocks go back to the decode
+stream's pool only after the crop has read them; while one batch is cropped, the next is decoded.
+The one host sync per batch left is inside `decode_jpeg` (it waits for nvJPEG's own stream).
+Batches cross to the consumer with an event (the consumer's stream waits on it) and `record_stream`,
+so their memory is not reused while the consumer's kernels still read it. Crop times come from CUDA
+events read once they have passed (no sync for the timing either).
 
 Exact-epoch guarantee: a train batch always has its full size. Images that fail to decode are
 replaced by repeats of the batch's good ones; a batch with none is refilled from the previous
@@ -42,7 +49,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.cache import ShardCache
-from imagenet_shards.train.loader.gpu_crop import crop_batch
+from imagenet_shards.train.loader.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.loader.reading import open_url, read_pieces
 from imagenet_shards.train.loader.batching import shuffle_buffer
@@ -143,62 +150,110 @@ class RawBatches(IterableDataset):
 
 
 def decode_batch(jpgs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
-    """Decode to RGB uint8 [3,H,W] on `device`, batched; None for a JPEG that will not decode."""
+    """Decode to RGB uint8 [3,H,W] on `device`, batched; None for a JPEG that will not decode. One
+    bad JPEG fails a batched call: the batch is then halved until the bad ones are alone (about
+    2 log2(B) calls per bad JPEG, not B single decodes)."""
     from torchvision.io import ImageReadMode, decode_jpeg
     target = device if device.type == "cuda" else "cpu"
+
+    def attempt(part: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        try:
+            return [img.to(device) for img in decode_jpeg(part, mode=ImageReadMode.RGB, device=target)]
+        except RuntimeError:
+            if len(part) == 1:
+                return [None]
+            mid = len(part) // 2
+            return attempt(part[:mid]) + attempt(part[mid:])
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29 points at TorchCodec
-        try:
-            return [img.to(device) for img in decode_jpeg(jpgs, mode=ImageReadMode.RGB, device=target)]
-        except RuntimeError:
-            pass
-        images = []
-        for data in jpgs:  # one bad JPEG fails the batched call: find it
-            try:
-                images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=target).to(device))
-            except RuntimeError:
-                images.append(None)
-        return images
+        return attempt(list(jpgs)) if jpgs else []
 
 
 class StreamOps:
-    """The CUDA stream hand-off of the decode thread, in one place (no-ops on the CPU)."""
+    """The decode thread's streams and events, in one place (no-ops on the CPU; see the module
+    docstring): `decoding()` makes the kernel-free decode stream current, `cropping(images)` the crop
+    stream, ordered after the decode and holding the images' memory; `done()` marks a batch's end."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        cuda = device.type == "cuda"
+        self.decode_stream = torch.cuda.Stream(device) if cuda else None
+        self.crop_stream = torch.cuda.Stream(device) if cuda else None
 
     def context(self):
-        """Make the decode stream (and its device) current in the calling thread."""
-        if self.stream is None:
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.cuda.device(self.device))
-        stack.enter_context(torch.cuda.stream(self.stream))
-        return stack
+        """Make the device current in the calling (decode) thread."""
+        return torch.cuda.device(self.device) if self.decode_stream is not None else contextlib.nullcontext()
 
-    def drain(self) -> None:
-        """Wait until the decode stream is idle: blocks it freed can be handed to nvJPEG safely."""
-        if self.stream is not None:
-            self.stream.synchronize()
+    def decoding(self):
+        """The decode stream current: where decode_jpeg allocates, and nothing else runs."""
+        return torch.cuda.stream(self.decode_stream) if self.decode_stream is not None else contextlib.nullcontext()
+
+    def cropping(self, images):
+        """The crop stream current, after the decode stream's work so far; `images` (made on the decode
+        stream) stay reserved until the crop stream's work on them is done."""
+        if self.crop_stream is None:
+            return contextlib.nullcontext()
+        self.crop_stream.wait_stream(self.decode_stream)
+        for t in images:
+            if t is not None:
+                t.record_stream(self.crop_stream)
+        return torch.cuda.stream(self.crop_stream)
 
     def done(self):
-        """An event marking the end of the work queued so far on the decode stream."""
-        if self.stream is None:
+        """An event marking the end of the work queued so far on the crop stream."""
+        if self.crop_stream is None:
             return None
         event = torch.cuda.Event()
-        event.record(self.stream)
+        event.record(self.crop_stream)
         return event
+
+    def timer(self) -> "CropTimer":
+        return CropTimer(self.crop_stream)
 
     def hand_over(self, tensors, event) -> None:
         """In the consumer's thread: its current stream waits for `event`, and the tensors' memory
         stays reserved until that stream's work on them is done."""
-        if self.stream is None:
+        if event is None:
             return
         current = torch.cuda.current_stream(self.device)
         current.wait_event(event)
         for t in tensors:
             t.record_stream(current)
+
+
+class CropTimer:
+    """Seconds of crop work: CUDA event pairs read once they have passed (no host sync), or the
+    host's clock on the CPU, where the work is done when the call returns."""
+
+    def __init__(self, stream):
+        self.stream, self.pending, self.seconds = stream, [], 0.0
+
+    def start(self):
+        if self.stream is None:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(self.stream)
+        return event
+
+    def stop(self, start) -> None:
+        if self.stream is None:
+            self.seconds += time.perf_counter() - start
+            return
+        end = torch.cuda.Event(enable_timing=True)
+        end.record(self.stream)
+        self.pending.append((start, end))
+        while self.pending and self.pending[0][1].query():
+            a, b = self.pending.pop(0)
+            self.seconds += a.elapsed_time(b) / 1000
+
+    def finish(self) -> float:
+        """All seconds so far (waits for the last pairs: call at the epoch's end)."""
+        for a, b in self.pending:
+            b.synchronize()
+            self.seconds += a.elapsed_time(b) / 1000
+        self.pending = []
+        return self.seconds
 
 
 class _Failed:
@@ -289,69 +344,79 @@ class GpuDecodeLoader:
     def _produce(self, epoch: int, size: int, stats: dict) -> Iterator[tuple]:
         """(images, labels, event) per batch; runs in the decode thread."""
         train = self.dataset.train
-        rng = random.Random(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
+        rng = np.random.default_rng(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
+        timer = self.ops.timer()
         prev = None
         with self.ops.context():
             raw = iter(self._loader)
-            while True:
-                t0 = time.perf_counter()
-                item = next(raw, None)
-                t1 = time.perf_counter()
-                stats["wait_s"] += t1 - t0
-                if item is None:
-                    return
-                blob, offsets, labels, codings, counts = item
-                skipped, repeated = counts.tolist()
-                stats["bad_samples"] += skipped
-                stats["duplicated"] += repeated
-                bounds = offsets.tolist()
-                jpgs = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-                coded = codings.tolist()
-                stats["hardware_decodes"] += coded.count(BASELINE)
-                stats["host_decodes"] += len(coded) - coded.count(BASELINE)
-                self.ops.drain()  # see the module docstring: nvJPEG must not get a block still in use
-                images = self.decode(jpgs, self.device)
-                self.ops.drain()
-                t2 = time.perf_counter()
-                stats["decode_s"] += t2 - t1
-                good = [i for i, img in enumerate(images) if img is not None]
-                n = len(images)
-                if len(good) < n:
-                    stats["bad_samples"] += n - len(good)
-                    log.warning("skipped %d undecodable JPEGs in a batch", n - len(good))
-                labels = labels.to(self.device, non_blocking=self.device.type == "cuda" and labels.is_pinned())
-                if not good:
-                    if not train:
-                        continue  # eval: no per-batch collectives, the batch is just left out
-                    if prev is None:
-                        raise RuntimeError("no image of the epoch's first batch decodes: cannot form a full "
-                                           "batch (is every image in these shards bad? run audit-shards)")
-                    pick = torch.arange(n, device=self.device) % prev[0].shape[0]
-                    out, labels = prev[0][pick], prev[1][pick]
-                    stats["duplicated"] += n
+            try:
+                while True:
+                    t0 = time.perf_counter()
+                    item = next(raw, None)
+                    t1 = time.perf_counter()
+                    stats["wait_s"] += t1 - t0
+                    if item is None:
+                        return
+                    blob, offsets, labels, codings, counts = item
+                    skipped, repeated = counts.tolist()
+                    stats["bad_samples"] += skipped
+                    stats["duplicated"] += repeated
+                    bounds = offsets.tolist()
+                    jpgs = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+                    baseline = int((codings == BASELINE).sum())
+                    stats["hardware_decodes"] += baseline
+                    stats["host_decodes"] += len(jpgs) - baseline
+                    with self.ops.decoding():  # see the module docstring: no drain needed
+                        images = self.decode(jpgs, self.device)
+                    stats["decode_s"] += time.perf_counter() - t1
+                    batch = self._crop(images, labels, train, size, rng, timer, prev, stats)
+                    if batch is not None:
+                        prev = batch[:2]
+                        yield batch
+            finally:
+                stats["crop_s"] += timer.finish()
+
+    def _crop(self, images: list, labels: torch.Tensor, train: bool, size: int, rng: np.random.Generator,
+              timer: CropTimer, prev, stats: dict):
+        """One decoded batch -> (images, labels, event) on the crop stream; None for an eval batch
+        whose images all failed (left out: eval has no per-batch collectives)."""
+        n = len(images)
+        good = [i for i, img in enumerate(images) if img is not None]
+        if len(good) < n:
+            stats["bad_samples"] += n - len(good)
+            log.warning("skipped %d undecodable JPEGs in a batch", n - len(good))
+            if good and train:  # keep the batch full: repeat good samples
+                stats["duplicated"] += n - len(good)
+                good = [good[i % len(good)] for i in range(n)]
+            if good:
+                labels = labels[good]  # on the host: an index tensor on the device would be a blocking copy
+        with self.ops.cropping(images):
+            labels = labels.to(self.device, non_blocking=self.device.type == "cuda" and labels.is_pinned())
+            if not good:
+                if not train:
+                    return None
+                if prev is None:
+                    raise RuntimeError("no image of the epoch's first batch decodes: cannot form a full "
+                                       "batch (is every image in these shards bad? run audit-shards)")
+                pick = torch.arange(n, device=self.device) % prev[0].shape[0]
+                out, labels = prev[0][pick], prev[1][pick]
+                stats["duplicated"] += n
+            else:
+                picked = [images[i] for i in good]
+                heights = [img.shape[-2] for img in picked]
+                widths = [img.shape[-1] for img in picked]
+                if train:
+                    boxes = random_resized_crop_boxes(widths, heights, self.scale, self.ratio, rng)
+                    flips = (rng.random(len(picked)) < 0.5) & self.hflip
                 else:
-                    if train:  # keep the batch full: repeat good samples
-                        stats["duplicated"] += n - len(good)
-                        good = [good[i % len(good)] for i in range(n)]
-                    if len(good) != n or good != list(range(n)):
-                        labels = labels[torch.tensor(good, device=self.device)]
-                    picked = [images[i] for i in good]
-                    boxes, flips = [], []
-                    for img in picked:
-                        h, w = img.shape[-2:]
-                        if train:
-                            boxes.append(dec.random_resized_crop_params(w, h, self.scale, self.ratio, rng))
-                            flips.append(self.hflip and rng.random() < 0.5)
-                        else:
-                            boxes.append(dec.center_crop_params(w, h, self.val_resize, self.val_crop))
-                            flips.append(False)
-                    out = crop_batch(picked, boxes, flips, size)
-                    self.ops.drain()  # for the timing only: the next decode would wait for it anyway
-                    stats["crop_s"] += time.perf_counter() - t2
-                prev = (out, labels)
-                stats["samples"] += out.shape[0]
-                stats["batches"] += 1
-                yield out, labels, self.ops.done()
+                    boxes = center_crop_boxes(widths, heights, self.val_resize, self.val_crop)
+                    flips = np.zeros(len(picked), dtype=bool)
+                start = timer.start()
+                out = crop_batch(picked, boxes, flips, size)
+                timer.stop(start)
+            stats["samples"] += out.shape[0]
+            stats["batches"] += 1
+            return out, labels, self.ops.done()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch = int(self.dataset.state[0])
