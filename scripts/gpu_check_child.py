@@ -18,6 +18,7 @@ import importlib
 import multiprocessing
 import os
 import sys
+import threading
 
 PRELOAD = ["torch", "torchvision", "torch.utils.tensorboard", "imagenet_shards.train.trainer.cli",
            "imagenet_shards.train.trainer.run", "imagenet_shards.train.bench.run", "gpu_check_probe"]
@@ -45,11 +46,20 @@ class Runner:
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload([m for m in PRELOAD if _importable(m)])
 
+    def warm(self) -> None:
+        """Start the server (its imports) now, in the background of whatever comes next (the first
+        start waits for the server's imports; a later one waits for this one)."""
+        threading.Thread(target=lambda: self.ctx.Process(target=noop).start(), daemon=True).start()
+
     def start(self, entry: str, argv: list[str], log, env: dict | None = None) -> multiprocessing.Process:
         """Fork a run of `entry` (module:function) with argv, `env` added to its environment."""
         proc = self.ctx.Process(target=_run, args=(entry, [str(a) for a in argv], str(log), env or {}), daemon=False)
         proc.start()
         return proc
+
+
+def noop() -> None:
+    pass
 
 
 def _importable(name: str) -> bool:

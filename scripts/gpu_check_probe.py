@@ -7,8 +7,9 @@ machine's description, which needs no torch (`environment`, called in the check'
                                                               JPEG engine's use (NVML), grid vs no grid,
                                                               and the stream-safety probe
   torchrun ... scripts/gpu_check_probe.py rank OUT [--explain-arch A] -- TRAIN-ARGS
-                                                           -> per rank: SyncBatchNorm under torch._dynamo
-                                                              .explain, then train-imagenet TRAIN-ARGS;
+                                                           -> per rank: train-imagenet TRAIN-ARGS, and
+                                                              SyncBatchNorm under torch._dynamo.explain
+                                                              without and in the process group;
                                                               OUT/result-rankR.json
 
 The stream-safety probe (pytorch/vision#9606): before each decode, GPU work is queued that ends by
@@ -290,7 +291,8 @@ def syncbn_explain(device, *, arch: str, res: int, batch: int) -> dict:
 
 
 def rank_main(out: Path, train_args: list[str], explain_arch: str, explain_res: int) -> int:
-    """One torchrun rank: SyncBatchNorm explained without and within the process group, then training."""
+    """One rank (torchrun's environment): SyncBatchNorm explained without a process group, training,
+    then SyncBatchNorm explained in the group (train-imagenet leaves the group made: it is still there)."""
     import torch
 
     from imagenet_shards.train.trainer.cli import build_parser
@@ -303,12 +305,14 @@ def rank_main(out: Path, train_args: list[str], explain_arch: str, explain_res: 
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())) \
         if args.device == "cuda" else torch.device("cpu")
     report["syncbn_alone"] = syncbn_explain(device, arch=explain_arch, res=explain_res, batch=4)
-    init_distributed(args.device, backend=args.dist_backend)  # train() finds the group made
-    report["syncbn_grouped"] = syncbn_explain(device, arch=explain_arch, res=explain_res, batch=4)
     result = train(TrainConfig(**vars(args)))
     report["result"] = {k: result.get(k) for k in ("weights_sha256", "val_samples", "step", "epoch", "loader",
                                                      "steady_img_per_s", "val_top1")}
-    Path(out, f"result-rank{rank}.json").write_text(json.dumps(report, sort_keys=True, default=str))
+    path = Path(out, f"result-rank{rank}.json")
+    path.write_text(json.dumps(report, sort_keys=True, default=str))  # the DDP answers first: the explain
+    init_distributed(args.device, backend=args.dist_backend)        # below runs collectives that could hang
+    report["syncbn_grouped"] = syncbn_explain(device, arch=explain_arch, res=explain_res, batch=4)
+    path.write_text(json.dumps(report, sort_keys=True, default=str))
     shutdown_distributed()
     return 0
 

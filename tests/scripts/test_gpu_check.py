@@ -184,3 +184,33 @@ def test_profile_steady_leaves_out_warm_up_and_log_steps():
     assert got["steps"] == [k for k in range(11, 32) if k != 20]
     assert got["host_syncs_per_step"] == pytest.approx(1 / 20) and got["other_thread_syncs_per_step"] == 2
     assert report.engine_sync_steps(44, 10**6) == {1, 10, 44}
+
+
+class FakeNvml:
+    """nvidia-ml-py's calls the check makes, answering a scripted JPEG-engine utilisation."""
+
+    def __init__(self, values, fail=None):
+        self.values, self.fail, self.calls = list(values), fail, 0
+
+    def nvmlInit(self):
+        if self.fail:
+            raise RuntimeError(self.fail)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("gpu", i)
+
+    def nvmlDeviceGetJpgUtilization(self, handle):
+        self.calls += 1
+        return [self.values[min(self.calls - 1, len(self.values) - 1)], 166666]
+
+
+def test_the_jpeg_engine_is_observed_through_nvml():
+    import gpu_check_probe as probe
+    with probe.JpegEngine(interval=0.001, nvml=FakeNvml([0, 0, 35, 80, 80])) as engine:
+        while len(engine.samples) < 6:
+            time.sleep(0.001)
+    got = engine.summary()
+    assert got["available"] == "yes" and got["max_pct"] == 80 and got["busy_samples"] >= 3
+    assert got["summary"].startswith(f"busy in {got['busy_samples']}/{got['samples']} samples")
+    absent = probe.JpegEngine(nvml=FakeNvml([], fail="NVML Shared Library Not Found")).summary()
+    assert absent["available"].startswith("no: RuntimeError: NVML Shared Library") and "not sampled" in absent["summary"]
