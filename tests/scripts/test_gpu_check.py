@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import gpu_check  # noqa: E402
 import gpu_check_report as report  # noqa: E402
+import gpu_check_steps  # noqa: E402
 
 RUN_KEYS = {"status", "seconds", "exit", "error", "proc", "window", "derived", "epoch"}
 WINDOW_KEYS = {"epochs", "skip_steps", "steps", "images", "seconds", "img_per_s", "data_wait_fraction", "t0", "t1"}
@@ -44,12 +45,12 @@ def test_cpu_smoke_runs_every_step(tmp_path):
     for name, s in steps.items():
         if name in cpu_only_not_run:
             assert s["status"].startswith("not run on the CPU"), name
-        elif name in recipes and not gpu_check.recipe_available():
+        elif name in recipes and not gpu_check_steps.recipe_available():
             assert s["status"] == "not run: --recipe not available in this tree", name
         else:
             assert s["status"] == "ok", (name, s["status"])
     for name in ("ceiling", "real", "profile", "fp16", "ceiling_end", "augment_compile", *(
-            recipes if gpu_check.recipe_available() else ())):
+            recipes if gpu_check_steps.recipe_available() else ())):
         assert RUN_KEYS <= set(steps[name]) and WINDOW_KEYS <= set(steps[name]["window"]), name
     real = steps["real"]
     w, d = real["window"], real["derived"]

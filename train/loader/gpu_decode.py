@@ -10,18 +10,11 @@ whole batch at once: `gpu_crop`; antialiased bilinear, flip) in one batched op; 
 in a small queue. Output: uint8
 [B,3,S,S] on the GPU, the CPU loader's contract, so the prefetcher and trainer run unchanged.
 
-Streams (pytorch/vision#9606, torchcodec#1634): torchvision's `decode_jpeg` allocates the decoded
-images on the caller's current stream, and nvJPEG's hardware engine writes them without waiting for
-that stream; a block the caching allocator recycled on a stream with queued kernels may still be in
-use by them. So the decode thread decodes with a stream of its own current that runs no kernel at
-all (`StreamOps.decoding`): no block of that stream's pool can be in use by queued work, and no
-drain (host sync) is needed. The crop runs on a second stream, behind an event recorded after the
-decode, and the decoded images are `record_stream`ed onto it, so their blocks go back to the decode
-stream's pool only after the crop has read them; while one batch is cropped, the next is decoded.
-The one host sync per batch left is inside `decode_jpeg` (it waits for nvJPEG's own stream).
-Batches cross to the consumer with an event (the consumer's stream waits on it) and `record_stream`,
-so their memory is not reused while the consumer's kernels still read it. Crop times come from CUDA
-events read once they have passed (no sync for the timing either).
+Streams (`gpu_streams`): the decode runs with a kernel-free stream current (nvJPEG's hardware
+engine does not wait for the stream its outputs were allocated on: pytorch/vision#9606), the crop
+on a second stream behind an event, so one batch is cropped while the next is decoded and no drain
+(host sync) is needed; the one host sync per batch left is inside `decode_jpeg`. Batches cross to
+the consumer with an event and `record_stream`.
 
 Exact-epoch guarantee: a train batch always has its full size. Images that fail to decode are
 replaced by repeats of the batch's good ones; a batch with none is refilled from the previous
@@ -33,7 +26,6 @@ without CUDA.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import random
@@ -50,6 +42,7 @@ from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
+from imagenet_shards.train.loader.gpu_streams import CropTimer, StreamOps
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.loader.reading import open_url, read_pieces
 from imagenet_shards.train.loader.batching import shuffle_buffer
@@ -168,92 +161,6 @@ def decode_batch(jpgs: list[torch.Tensor], device: torch.device) -> list[torch.T
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29 points at TorchCodec
         return attempt(list(jpgs)) if jpgs else []
-
-
-class StreamOps:
-    """The decode thread's streams and events, in one place (no-ops on the CPU; see the module
-    docstring): `decoding()` makes the kernel-free decode stream current, `cropping(images)` the crop
-    stream, ordered after the decode and holding the images' memory; `done()` marks a batch's end."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        cuda = device.type == "cuda"
-        self.decode_stream = torch.cuda.Stream(device) if cuda else None
-        self.crop_stream = torch.cuda.Stream(device) if cuda else None
-
-    def context(self):
-        """Make the device current in the calling (decode) thread."""
-        return torch.cuda.device(self.device) if self.decode_stream is not None else contextlib.nullcontext()
-
-    def decoding(self):
-        """The decode stream current: where decode_jpeg allocates, and nothing else runs."""
-        return torch.cuda.stream(self.decode_stream) if self.decode_stream is not None else contextlib.nullcontext()
-
-    def cropping(self, images):
-        """The crop stream current, after the decode stream's work so far; `images` (made on the decode
-        stream) stay reserved until the crop stream's work on them is done."""
-        if self.crop_stream is None:
-            return contextlib.nullcontext()
-        self.crop_stream.wait_stream(self.decode_stream)
-        for t in images:
-            if t is not None:
-                t.record_stream(self.crop_stream)
-        return torch.cuda.stream(self.crop_stream)
-
-    def done(self):
-        """An event marking the end of the work queued so far on the crop stream."""
-        if self.crop_stream is None:
-            return None
-        event = torch.cuda.Event()
-        event.record(self.crop_stream)
-        return event
-
-    def timer(self) -> "CropTimer":
-        return CropTimer(self.crop_stream)
-
-    def hand_over(self, tensors, event) -> None:
-        """In the consumer's thread: its current stream waits for `event`, and the tensors' memory
-        stays reserved until that stream's work on them is done."""
-        if event is None:
-            return
-        current = torch.cuda.current_stream(self.device)
-        current.wait_event(event)
-        for t in tensors:
-            t.record_stream(current)
-
-
-class CropTimer:
-    """Seconds of crop work: CUDA event pairs read once they have passed (no host sync), or the
-    host's clock on the CPU, where the work is done when the call returns."""
-
-    def __init__(self, stream):
-        self.stream, self.pending, self.seconds = stream, [], 0.0
-
-    def start(self):
-        if self.stream is None:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(self.stream)
-        return event
-
-    def stop(self, start) -> None:
-        if self.stream is None:
-            self.seconds += time.perf_counter() - start
-            return
-        end = torch.cuda.Event(enable_timing=True)
-        end.record(self.stream)
-        self.pending.append((start, end))
-        while self.pending and self.pending[0][1].query():
-            a, b = self.pending.pop(0)
-            self.seconds += a.elapsed_time(b) / 1000
-
-    def finish(self) -> float:
-        """All seconds so far (waits for the last pairs: call at the epoch's end)."""
-        for a, b in self.pending:
-            b.synchronize()
-            self.seconds += a.elapsed_time(b) / 1000
-        self.pending = []
-        return self.seconds
 
 
 class _Failed:
