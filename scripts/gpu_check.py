@@ -117,8 +117,11 @@ class Check:
 
     def save(self) -> None:
         self.result["elapsed_s"] = round(self.elapsed(), 1)
-        text = table(self.result)
         _write(self.w / "gpu_check.json", json.dumps(self.result, indent=1, sort_keys=True, default=str) + "\n")
+        try:
+            text = table(self.result)
+        except Exception as e:  # noqa: BLE001 - the JSON above has it all; a table bug must not end the check
+            text = f"the table could not be made ({type(e).__name__}: {e}); gpu_check.json has every figure\n"
         _write(self.w / "gpu_check.md", text)
         if self.out is None:
             return

@@ -215,3 +215,52 @@ def test_the_jpeg_engine_is_observed_through_nvml():
     assert got["summary"].startswith(f"busy in {got['busy_samples']}/{got['samples']} samples")
     absent = probe.JpegEngine(nvml=FakeNvml([], fail="NVML Shared Library Not Found")).summary()
     assert absent["available"].startswith("no: RuntimeError: NVML Shared Library") and "not sampled" in absent["summary"]
+
+
+def _run(img, **extra):
+    window = {"epochs": [1], "skip_steps": 14, "steps": 56, "img_per_s": img, "data_wait_fraction": 0.02}
+    return {"status": "ok", "window": window, "derived": {"efficiency": 0.97, "ceiling_img_per_s": 5000.0,
+                                                          "main_cores": 0.8, "loader_cores": 12.5},
+            "proc": {"main_peak_rss_gib": 3.1, "workers": 15, "workers_peak_pss_gib": 6.0, "shm_peak_gib": 1.2},
+            "decoder": "turbo (libjpeg-turbo 2.1.5)", "shards": "restart grid on 21000/21000",
+            "epoch": {"first_step_seconds": 3.2, "amp_scale": 65536.0, "amp_skipped_steps": 0, "ema_val_top1": 0.01},
+            **extra}
+
+
+def test_the_table_renders_every_row_of_a_gpu_result():
+    """The rows only a GPU run fills (every step ok, NVML sampled, SyncBatchNorm traced in a group):
+    one line each, the figures from the JSON."""
+    profile = {"profile_steady": {"steps": list(range(9, 22)), "host_syncs_per_step": 0.0, "item_calls_per_step": 0.0,
+                                  "dtoh_copies_per_step": 0.0, "other_thread_syncs_per_step": 1.0,
+                                  "step_ms_median": 51.0}, "syncs": {"htod_overlap_fraction": 0.98}}
+    probe = {"modes": ["loader", "same_stream"], "tolerance": 2.0, "mean_abs_diff_vs_cpu_max": 0.8, "ok": True,
+             "loader": {"iterations": 20, "corrupted_decodes": 0, "wrong_pending_sums": 0},
+             "same_stream": {"iterations": 20, "corrupted_decodes": 13, "wrong_pending_sums": 4}}
+    steps = {
+        "env": {"status": "ok", "cores": 16, "shm_total_gib": 64, "nvml": "yes", "torch": "torch 2.11.0",
+                "decoder": "turbo", "turbo_libjpeg": "2.1.5", "extensions": "carried wheel x.whl"},
+        "data": {"status": "ok", "images": 21000, "mean_kb": 95.0, "progressive_fraction": 0.1,
+                 "format": "restart grid on 21000/21000"},
+        "ceiling": _run(5000.0), "ceiling_end": {**_run(4950.0), "derived": {"drift": -0.01}},
+        "real": _run(4850.0), "gpu_decode_train": _run(4990.0, decoder="nvJPEG (--gpu-decode)"),
+        "recipe_rn50": _run(6100.0), "recipe_rn18": _run(9000.0),
+        "profile": {"status": "ok", **_run(1.0), **profile}, "fp16": {"status": "ok", **_run(1.0), **profile},
+        "bench_loader": {"status": "ok", "images_per_s_per_worker": 410.0, "workers": 4, "decoder": "turbo",
+                         "derived": {"workers_for_ceiling": 12.2}},
+        "gpu_decode_loader": {"status": "ok", "probe": probe, "nvml": {"summary": "busy in 40/41 samples, mean 63 %"},
+                              "grid": {"grid_ms": 9.1, "no_grid_ms": 9.4},
+                              "timing": {"img_per_s": 14000.0, "timed_from": 6, "batches": 40, "wait_ms_per_batch": 0.4,
+                                         "decode_ms_per_batch": 15.0, "crop_ms_per_batch": 2.1}},
+        "ddp": {"status": "ok", "verdict": "ok", "detail": "--gpu-decode: weights identical on both ranks",
+                "syncbn_compile": {"verdict": "breaks the graph", "detail": "in a 2-rank process group: 20 graph breaks"}},
+        "augment_compile": {**_run(5600.0), "derived": {"ceiling_img_per_s": 6500.0, "compile_speedup": 1.3}},
+    }
+    result = {"device": "cuda: NVIDIA H200", "mode": "gpu", "steps": steps, "elapsed_s": 371.0, "budget_s": 380.0,
+              "finished": True}
+    text = report.table(result)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 17 and not [r for r in rows if "| not run |" in r or "| - |" in r]
+    assert "4850 img/s | efficiency 0.970 vs 5000 img/s" in text and "loader 12.5 cores" in text
+    assert "JPEG engine (NVML) busy in 40/41 samples" in text and "grid 9.1 ms vs no grid 9.4 ms" in text
+    assert "same_stream: 13/20 corrupted" in text and "SyncBatchNorm + --compile | breaks the graph" in text
+    assert "1.30x the eager one" in text and "drift -1.0 %" in text and "371.0 s of a 380 s budget" in text
