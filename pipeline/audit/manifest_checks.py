@@ -88,6 +88,8 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
         if unknown:
             bad(f"splits.{name}.class_counts names WNIDs not in the class table: {', '.join(unknown[:5])}",
                 "manifest_inconsistent")
+        for detail in _short_class_faults(s):
+            bad(f"splits.{name}.short_classes: {detail}", "manifest_inconsistent")
     for url, n in sorted(urls.items()):
         if n > 1:
             bad(f"shard {url} is listed {n} times", "manifest_inconsistent")
@@ -102,6 +104,26 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
             if totals.get(k) != v:
                 bad(f"totals.{k} is {totals.get(k)}, the splits add up to {v}", "manifest_inconsistent")
     return out, usable
+
+
+def _short_class_faults(s: dict) -> list[str]:
+    """A train selection's `short_classes` (format/manifest.py) against the split's own counts: each
+    entry's samples are its class count, and drawn = samples + the reasons' counts."""
+    short = s.get("short_classes")
+    if short is None:
+        return []
+    if not isinstance(short, dict):
+        return ["is not an object"]
+    out = []
+    for wnid, e in sorted(short.items()):
+        reasons = e.get("reasons") if isinstance(e, dict) else None
+        if not (isinstance(reasons, dict) and all(isinstance(n, int) for n in reasons.values())
+                and isinstance(e.get("drawn"), int) and isinstance(e.get("samples"), int)):
+            out.append(f"{wnid} is not {{drawn, samples, reasons}}")
+        elif e["samples"] != s["class_counts"].get(wnid, 0) or e["drawn"] != e["samples"] + sum(reasons.values()):
+            out.append(f"{wnid}: {e['samples']} samples of {e['drawn']} drawn with {sum(reasons.values())} failed, but "
+                       f"class_counts has {s['class_counts'].get(wnid, 0)}")
+    return out
 
 
 def _first_difference(a, b, path="") -> str:

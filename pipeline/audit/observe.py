@@ -60,10 +60,22 @@ def decode_image(data: bytes) -> tuple[tuple | None, str | None]:
         ImageFile.LOAD_TRUNCATED_IMAGES = saved
 
 
+def _until_fault(members, faults: list):
+    """The members, ending (not raising) at a tar fault, which is appended to `faults`."""
+    try:
+        yield from members
+    except TarFormatError as e:
+        faults.append(e)
+
+
 def observe_samples(members, deep: bool, problems: list):
-    """Group consecutive tar members into samples (webdataset's rule); note member-level problems."""
-    current = None
-    for m in members:
+    """Group consecutive tar members into samples (webdataset's rule); note member-level problems.
+
+    A tar fault ends the samples and is raised after them. The sample being grouped is yielded first
+    unless the fault cut one of its members: after bytes that follow the end-of-archive marker, or a
+    bad header, every member before was read whole and the sample counts."""
+    current, faults = None, []
+    for m in _until_fault(members, faults):
         if m.type not in REGULAR_TYPES:
             problems.append(("tar_not_regular", None, f"{m.name} is not a regular file (type {m.type!r})"))
             continue
@@ -85,8 +97,10 @@ def observe_samples(members, deep: bool, problems: list):
             current.digest = hashlib.sha1(m.data).digest()[:DIGEST_BYTES]
             if deep:
                 current.decoded, current.decode_error = decode_image(m.data)
-    if current is not None:
+    if current is not None and not (faults and faults[0].key == current.key):
         yield current
+    if faults:
+        raise faults[0]
 
 
 def observe_shard(url: str, *, deep: bool = False) -> ShardObservation:

@@ -13,6 +13,8 @@ from collections import Counter
 from typing import Iterable, NamedTuple
 
 from imagenet_shards.pipeline import __version__, storage
+from imagenet_shards.pipeline.format.keys import train_key_wnid
+from imagenet_shards.pipeline.format.subset import selects
 
 FORMAT = "imagenet-shards-manifest"
 FORMAT_VERSION = 1
@@ -47,10 +49,12 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
     records written before ``fix_counts`` existed list every fixed sample and are counted here."""
     splits, rejected, skipped, fix_samples = {}, [], [], []
     fix_counts: Counter = Counter()
+    subset = state["config"].get("subset")
     for split, split_state in sorted(state["splits"].items()):
         split_rejected = list(split_state["plan_rejected"])
         split_skipped = list(split_state.get("plan_skipped", []))
         class_counts: Counter = Counter()
+        failed: dict[str, Counter] = {}
         shards, last = [], -1
         for r in records[split]:
             if r["index"] <= last:
@@ -59,6 +63,8 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
             split_rejected += r["rejected"]
             split_skipped += r["skipped"]
             class_counts.update(r["class_counts"])
+            for wnid, reasons in _failed_by_class(r).items():
+                failed.setdefault(wnid, Counter()).update(reasons)
             if "fix_counts" in r:
                 fix_counts.update(r["fix_counts"])
             for f in r["fixed"]:
@@ -79,6 +85,9 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
         }
         if "excluded_by_subset" in split_state:
             entry["excluded_by_subset"] = split_state["excluded_by_subset"]
+        if selects(subset, split):  # the classes a draw left short: drawn images rejected or skipped
+            entry["short_classes"] = {w: {"drawn": class_counts[w] + sum(c.values()), "samples": class_counts[w],
+                                          "reasons": dict(sorted(c.items()))} for w, c in sorted(failed.items())}
         if entry["images_in"] != (num_samples + entry["num_rejected"] + entry["num_skipped"]
                                   + entry.get("excluded_by_subset", 0)):
             raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
@@ -110,6 +119,19 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
         "totals": totals,
         "conservation": CONSERVATION_SUBSET if "subset" in state["config"] else CONSERVATION,
     }
+
+
+def _failed_by_class(record: dict) -> dict[str, dict[str, int]]:
+    """A shard record's planned images that are not samples, by class and reason; for a record
+    written before records counted them, attributed by the WNID a train key names."""
+    if "failed_by_class" in record:
+        return record["failed_by_class"]
+    out: dict[str, Counter] = {}
+    for x in record["rejected"] + record["skipped"]:
+        wnid = train_key_wnid(x["key"])
+        if wnid is not None:
+            out.setdefault(wnid, Counter())[x["reason"]] += 1
+    return out
 
 
 def info_json(manifest: dict) -> dict:

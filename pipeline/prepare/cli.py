@@ -19,13 +19,14 @@ import sys
 import textwrap
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
     "tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or --val-labels) or an "
     "ImageFolder tree. Both also take the Hugging Face ILSVRC/imagenet-1k files, .tar.gz or parquet, repeated or "
     "as a quoted glob (--train 'data/train-*.parquet'); their labels travel with the images (no --devkit). "
-    "--test (with --splits ...,test) takes the unlabeled test images; their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
+    "--test takes the unlabeled test images (and adds the test split); their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
     "Rerunning the same command resumes; see docs/prepare.md.",
     "Several machines: run the same command with --part I/N on each (or let RANK/WORLD_SIZE or a Slurm array say "
     "which part); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
@@ -35,7 +36,7 @@ _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="prepare-shards", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="\n\n".join(__doc__.split("\n\n")[:2]),
         epilog=_EPILOG)
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--train", metavar="SRC", action="append", help="train source (repeatable; a quoted glob is expanded)")
     src.add_argument("--val", metavar="SRC", action="append", help="val source (repeatable; a quoted glob is expanded)")
     src.add_argument("--test", metavar="SRC", action="append",
-                     help="test source, unlabeled (with --splits ...,test; repeatable; a quoted glob is expanded)")
+                     help="test source, unlabeled; adds the test split unless --splits says otherwise (repeatable; "
+                          "a quoted glob is expanded)")
     src.add_argument("--devkit", metavar="TGZ", help="ILSVRC2012_devkit_t12.tar.gz (or its extracted folder): val labels")
     src.add_argument("--val-labels", metavar="CSV", help="Kaggle LOC_val_solution.csv: val labels")
     p.add_argument("--out", required=True, metavar="OUT",
@@ -71,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     sz.add_argument("--shard-bytes", type=storage.positive_size, default=None,
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    sh.add_argument("--splits", default="train,val", help="which splits to build: train, val, test (default train,val)")
+    sh.add_argument("--splits", default=None,
+                    help="which splits to build: train, val, test (default train,val; train,val,test with --test)")
     sub = p.add_argument_group("subsets (reproducible with --seed; recorded in the manifest; docs/prepare.md)")
     sub.add_argument("--classes", metavar="N|FILE",
                      help="keep N classes drawn with --seed, or those of FILE (one WNID a line, # comments); "
@@ -97,9 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_finalize_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prepare-shards finalize",
-                                description="Assemble manifest.json, _info.json and the wids indexes once all "
-                                            "--part runs are done (says which are missing otherwise).")
+    p = OneLineParser(prog="prepare-shards finalize",
+                      description="Assemble manifest.json, _info.json and the wids indexes once all "
+                                  "--part runs are done (says which are missing otherwise).")
     p.add_argument("out", metavar="OUT")
     storage.add_storage_option(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -107,7 +110,7 @@ def build_finalize_parser() -> argparse.ArgumentParser:
 
 
 def build_adopt_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="prepare-shards adopt",
         description="Adopt an existing WebDataset ImageNet-1k shard set (e.g. timm's imagenet-1k-wds: _info.json + "
                     "imagenet1k-{train,validation}-NNNN.tar of .jpg/.cls/.json samples) without rewriting it: read "
@@ -168,6 +171,8 @@ def format_summary(s: dict) -> str:
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)"
                          + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else ""))
+            if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
+                lines.append(f"  {split}: " + short_classes_text(v["short_classes"]))
         if s["rejected_by_reason"]:
             lines.append("  rejected/skipped by reason: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_reason"].items())))
@@ -181,6 +186,15 @@ def format_summary(s: dict) -> str:
         lines.append(f"  this run: built {s['shards_built']} shards, reused {s['shards_reused']} verified ones, "
                      f"{s['images_processed']:,} images at {s['images_per_s']:,.0f} img/s, wall {s['wall_s']:.1f} s")
     return "\n".join(lines)
+
+
+def short_classes_text(short: dict, most: int = 5) -> str:
+    """The classes a draw left short, as the summary names them: `n01440764 8 of 9 (truncated 1)`."""
+    items = sorted(short.items())
+    named = ", ".join(f"{w} {c['samples']} of {c['drawn']} ({', '.join(f'{r} {n}' for r, n in c['reasons'].items())})"
+                      for w, c in items[:most])
+    more = f" and {len(items) - most} more (manifest: short_classes)" if len(items) > most else ""
+    return f"{len(items)} class{'es' * (len(items) != 1)} short of what was drawn: {named}{more}"
 
 
 def one_line(error) -> str:
@@ -211,6 +225,20 @@ def expand_sources(values: list[str] | None):
     return out[0] if len(out) == 1 else out
 
 
+def splits_option(args) -> tuple[str, ...]:
+    """The splits to build: --splits, else train and val, and test when --test names its source (giving
+    a source asks for its split). A source whose split an explicit --splits leaves out is not read:
+    said in one line on stderr."""
+    if args.splits is None:
+        return ("train", "val", "test") if args.test else ("train", "val")
+    splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
+    unread = [f"--{name}" for name in ("train", "val", "test") if getattr(args, name) and name not in splits]
+    if unread and not args.quiet:
+        print(f"note: {', '.join(unread)} not read: --splits {args.splits} leaves "
+              f"{'that split' if len(unread) == 1 else 'those splits'} out", file=sys.stderr)
+    return splits
+
+
 def main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
@@ -233,7 +261,7 @@ def main(argv=None) -> int:
     try:
         config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
                         exif_transpose=args.exif_transpose, restart_markers=args.restart_markers,
-                        splits=tuple(s.strip() for s in args.splits.split(",") if s.strip()),
+                        splits=splits_option(args),
                         shard_bytes=args.shard_bytes,
                         shard_samples=None if args.shard_bytes else
                         (1000 if args.shard_samples is None else args.shard_samples),

@@ -73,5 +73,6 @@ def summarize(manifest: dict) -> dict:
             "fixed_by_kind": manifest["fixed"]["counts"],
             "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
                            "skipped": v["num_skipped"], "images_in": v["images_in"],
-                           **({"excluded_by_subset": v["excluded_by_subset"]} if "excluded_by_subset" in v else {})}
+                           **({"excluded_by_subset": v["excluded_by_subset"]} if "excluded_by_subset" in v else {}),
+                           **({"short_classes": v["short_classes"]} if v.get("short_classes") else {})}
                        for s, v in manifest["splits"].items()}}

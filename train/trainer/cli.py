@@ -14,6 +14,7 @@ import os
 import sys
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.train.loader import decode
 from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS
 from imagenet_shards.train.trainer.schedule import SCHEDULES
@@ -43,8 +44,8 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The train-imagenet argument parser (dests match TrainConfig's fields)."""
-    p = argparse.ArgumentParser(prog="train-imagenet", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="train-imagenet", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("data and run")
     g.add_argument("--data", help="prepare-shards output (holds manifest.json): a directory or a URL, "
                                   "s3://bucket/prefix, gs://..., https://host/path")

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.tools.synthetic.archives import add_member, devkit_bytes, kaggle_solution, tar_bytes
@@ -238,7 +240,7 @@ def _counts(samples: list[dict]) -> dict:
 # ---- CLI ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="make-synthetic-imagenet",
         description="Write a small fake ILSVRC2012 (train tar of class tars, flat val tar, devkit) "
                     "with learnable procedural images of real ImageNet-1k classes, the real "
@@ -246,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Same arguments give byte-identical files.",
         epilog="example: make-synthetic-imagenet /tmp/fake-imagenet --classes 10 "
                "--train-per-class 50 --val-per-class 10 --layout ilsvrc,imagefolder")
-    parser.add_argument("out", type=Path, help="output directory (new, empty, or an earlier run's)")
+    parser.add_argument("out", help="output directory (new, empty, or an earlier run's; a local path)")
     parser.add_argument("--classes", type=int, default=10, help="number of classes (default 10; >= 4 with quirks)")
     parser.add_argument("--train-per-class", type=int, default=50, help="train images per class (default 50)")
     parser.add_argument("--val-per-class", type=int, default=10, help="val images per class (default 10)")
@@ -270,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if storage.is_remote(args.out):  # it would write ./s3:/bucket/... otherwise
+        print(f"error: OUT takes a local path, not a URL ({storage.redact(args.out)}): generate here, then copy",
+              file=sys.stderr)
+        return 2
+    args.out = Path(storage.local_path(args.out))
     layouts = tuple(s.strip() for s in args.layout.split(",") if s.strip())
     start = time.perf_counter()
     try:
