@@ -8,10 +8,13 @@ through scripts/gpu_check.sh, which puts the carried extensions into the tree an
 After every step WORKDIR/gpu_check.json and the table (gpu_check.md) are rewritten, and copied to
 --out (default $OUT) with runs.tar.gz (each run's metrics, log and sync counts): a call cut at its
 limit still returns every step it finished, and the one it was in says "running". --cpu-smoke runs
-every step with tiny sizes on the CPU (same steps, same JSON keys, "cpu" in the device field;
---gpu-decode training then checks the trainer's refusal). The check's own process never touches
-CUDA (nor imports torch): every measurement runs in a child process (train-imagenet, torchrun,
-bench-loader, scripts/gpu_check_probe.py), sampled from /proc for CPU, memory and /dev/shm use.
+every step that can run on the CPU with tiny sizes (same steps, same JSON keys, "cpu" in the device
+field; --gpu-decode training is "not run on the CPU"). The check's own process never touches CUDA
+(nor imports torch): every measurement runs in a child process forked from a warm server
+(scripts/gpu_check_child.py: train-imagenet, bench-loader, scripts/gpu_check_probe.py, the two DDP
+ranks), sampled from /proc for CPU, memory and /dev/shm use. Modules: gpu_check_data (the JPEGs and
+shards), gpu_check_probe (what runs with torch), gpu_check_report (sampling, the window, the table),
+gpu_check_steps (the steps that are more than one run).
 """
 
 from __future__ import annotations
