@@ -25,12 +25,12 @@ REPO = Path(__file__).resolve().parents[3]
 RANK_RESULT = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from imagenet_shards.train.trainer.cli import build_parser
+    from imagenet_shards.train.trainer.cli import config_from_argv
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
-    from imagenet_shards.train.trainer.run import TrainConfig, train
-    args = build_parser().parse_args(sys.argv[1:])
-    result = train(TrainConfig(**vars(args)))
-    Path(args.out, f"result-rank{os.environ['RANK']}.json").write_text(json.dumps(result))
+    from imagenet_shards.train.trainer.run import train
+    config, _, _ = config_from_argv(sys.argv[1:])
+    result = train(config)
+    Path(config.out, f"result-rank{os.environ['RANK']}.json").write_text(json.dumps(result))
     shutdown_distributed()
 """)
 
