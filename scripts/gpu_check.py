@@ -81,7 +81,7 @@ REAL = Sizes("cuda", 100, 200, 10, (500, 375), 1000, "resnet50", 256, 176, 256, 
              ("resnet18", 64, 128, 12), "resnet18", 40, (), BUDGET_S)
 SMOKE = Sizes("cpu", 4, 16, 3, (64, 48), 40, "resnet18", 8, 32, 36, 32, 2, 6, 6, 4, 4, 2, 3, ("resnet18", 4, 32, 3),
               "tiny", 4, ("--arch", "resnet18", "--batch-size", "8", "--res", "32", "--val-res", "36", "--val-crop", "32",
-                          "--limit-batches", "3"), 400.0)
+                          "--limit-batches", "2"), 400.0)
 
 
 def say(msg: str) -> None:

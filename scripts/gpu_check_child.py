@@ -21,7 +21,8 @@ import sys
 import threading
 
 PRELOAD = ["torch", "torchvision", "torch.utils.tensorboard", "imagenet_shards.train.trainer.cli",
-           "imagenet_shards.train.trainer.run", "imagenet_shards.train.bench.run", "gpu_check_probe"]
+           "imagenet_shards.train.trainer.run", "imagenet_shards.train.recipes", "imagenet_shards.train.bench.run",
+           "imagenet_shards.train.loader.gpu_decode", "gpu_check_probe"]
 
 
 def _run(entry: str, argv: list[str], log: str, env: dict) -> None:

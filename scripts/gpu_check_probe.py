@@ -295,22 +295,21 @@ def rank_main(out: Path, train_args: list[str], explain_arch: str, explain_res: 
     then SyncBatchNorm explained in the group (train-imagenet leaves the group made: it is still there)."""
     import torch
 
-    from imagenet_shards.train.trainer.cli import build_parser
-    from imagenet_shards.train.trainer.config import TrainConfig
+    from imagenet_shards.train.trainer.cli import config_from_argv
     from imagenet_shards.train.trainer.distributed import init_distributed, shutdown_distributed
     from imagenet_shards.train.trainer.run import train
-    args = build_parser().parse_args(train_args)
+    config, _, _ = config_from_argv(train_args)
     rank = int(os.environ.get("RANK", "0"))
     report = {}
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())) \
-        if args.device == "cuda" else torch.device("cpu")
+        if config.device == "cuda" else torch.device("cpu")
     report["syncbn_alone"] = syncbn_explain(device, arch=explain_arch, res=explain_res, batch=4)
-    result = train(TrainConfig(**vars(args)))
+    result = train(config)
     report["result"] = {k: result.get(k) for k in ("weights_sha256", "val_samples", "step", "epoch", "loader",
                                                      "steady_img_per_s", "val_top1")}
     path = Path(out, f"result-rank{rank}.json")
     path.write_text(json.dumps(report, sort_keys=True, default=str))  # the DDP answers first: the explain
-    init_distributed(args.device, backend=args.dist_backend)        # below runs collectives that could hang
+    init_distributed(config.device, backend=config.dist_backend)    # below runs collectives that could hang
     report["syncbn_grouped"] = syncbn_explain(device, arch=explain_arch, res=explain_res, batch=4)
     path.write_text(json.dumps(report, sort_keys=True, default=str))
     shutdown_distributed()

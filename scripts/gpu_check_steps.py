@@ -110,8 +110,9 @@ def syncbn_verdict(rank: dict) -> dict:
 def recipe_step(c, key: str, name: str, data: list, workers: int, decoder: str, timeout: float) -> dict:
     if not recipe_available():
         return {"status": "not run: --recipe not available in this tree"}
-    epochs = 2 if key == "recipe_rn50" else 3  # rn18's per-GPU batch of 1024 gives few steps per epoch
+    epochs = 3 if key == "recipe_rn18" and not c.smoke else 2  # rn18's batch of 1024: few steps per epoch
     run = c.trainer(key.replace("_", "-"), ["--recipe", name, *data, "--workers", workers, "--stop-after-epochs", epochs,
-                                            "--measure-ceiling", c.sz.ceiling_batches, *c.sz.toy], timeout, sized=False,
+                                            "--measure-ceiling", 3 if c.smoke else c.sz.ceiling_batches, *c.sz.toy],
+                    timeout, sized=False,
                     workers=workers, epochs=tuple(range(1, epochs)))
     return c.efficiency(run, None, decoder)
