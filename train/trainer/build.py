@@ -63,14 +63,15 @@ def read_dataset(config: TrainConfig) -> tuple[dict | None, int, int]:
     return found
 
 
-def batch_bytes(config: TrainConfig, manifest: dict | None) -> int:
-    """Bytes of one batch as loader workers hand it over: uint8 crops at the largest size the run
-    uses, or (--gpu-decode) raw JPEG bytes at the train split's mean size."""
+def batch_bytes(config: TrainConfig, manifest: dict | None, split: str = "train") -> int:
+    """Bytes of one `split` batch as loader workers hand it over: uint8 crops at the largest size
+    that split uses (train: the resolution ramp's largest; val: the centre crop), or (--gpu-decode)
+    raw JPEG bytes at that split's mean size."""
     if config.gpu_decode and manifest is not None:
-        train = manifest["splits"].get("train", {})
-        total = sum(int(s.get("bytes") or 0) for s in train.get("shards", []))
-        return config.batch_size * max(1, total // max(1, int(train.get("num_samples") or 1)))
-    side = max(config.res, config.end_res or 0, config.val_crop)
+        entry = manifest["splits"].get(split, {})
+        total = sum(int(s.get("bytes") or 0) for s in entry.get("shards", []))
+        return config.batch_size * max(1, total // max(1, int(entry.get("num_samples") or 1)))
+    side = max(config.res, config.end_res or 0) if split == "train" else config.val_crop
     return config.batch_size * 3 * side * side
 
 

@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "node, less 1 for the training thread and, on CUDA, 1 for the pin-memory thread; "
                         "printed at start)")
     g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    g.add_argument("--dist-backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="process-group backend under torchrun (default: NCCL on CUDA, gloo on the CPU); gloo on "
+                        "CUDA lets several ranks share one GPU (slow: for tests)")
     g.add_argument("--seed", type=int, default=0, help="seeds the data order, augmentation and init")
     g.add_argument("--resume", metavar="auto|PATH",
                    help="continue from a checkpoint (a local path); auto = RUN_DIR/checkpoint-latest.pt if it exists")

@@ -67,6 +67,7 @@ class TrainConfig:
     random_erase: float = 0.0
     workers: int | None = None               # None: host.default_workers for this node
     device: str = "auto"
+    dist_backend: str = "auto"               # auto: NCCL on CUDA, gloo on the CPU (distributed.pick_backend)
     resume: str | None = None
     eval_only: bool = False
     no_val: bool = False                     # train without evaluating (a shard set without val samples)

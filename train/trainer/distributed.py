@@ -48,8 +48,28 @@ def pick_device(kind: str, local_rank: int = 0) -> torch.device:
     raise ValueError(f"unknown device {kind!r} (expected auto, cuda or cpu)")
 
 
-def init_distributed(device_kind: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
-    """Join the process group torchrun describes (env://), NCCL on CUDA and gloo on CPU.
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+def pick_backend(backend: str, device: torch.device, local_world_size: int, gpus: int) -> str:
+    """The process-group backend: `auto` is NCCL on CUDA and gloo on the CPU. RuntimeError (one line)
+    for NCCL without CUDA, and for more NCCL ranks on a node than it has GPUs: NCCL puts no two ranks
+    on one GPU (its own error, "Duplicate GPU detected", comes only at the first collective)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown --dist-backend {backend!r} (expected {', '.join(BACKENDS)})")
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and device.type != "cuda":
+        raise RuntimeError("--dist-backend nccl needs CUDA (this run is on the CPU: use gloo, the default there)")
+    if backend == "nccl" and local_world_size > gpus:
+        raise RuntimeError(f"{local_world_size} ranks on this node but {gpus} GPU(s): NCCL cannot put two ranks on "
+                           f"one GPU; start at most {gpus} per node (torchrun --nproc-per-node {gpus}), or share "
+                           f"the GPU with --dist-backend gloo (slow; for tests)")
+    return backend
+
+
+def init_distributed(device_kind: str = "auto", timeout_s: float = 1800.0, backend: str = "auto") -> DistInfo:
+    """Join the process group torchrun describes (env://): `backend` as `pick_backend` decides.
 
     Without WORLD_SIZE in the environment (or with WORLD_SIZE=1) nothing is initialised.
     """
@@ -58,11 +78,13 @@ def init_distributed(device_kind: str = "auto", timeout_s: float = 1800.0) -> Di
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     device = pick_device(device_kind, local_rank)
+    if world_size > 1:  # checked before any CUDA state is made: a refusal leaves nothing behind
+        backend = pick_backend(backend, device, local_world_size,
+                               torch.cuda.device_count() if device.type == "cuda" else 0)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        kwargs = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(backend=backend, init_method="env://", rank=rank,
                                 world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s), **kwargs)

@@ -65,8 +65,10 @@ def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> N
         else:
             problem = preflight.describe(found, len(shards), config.data) if found else None
     if problem is None and manifest is not None:
+        val = batch_bytes(config, manifest, "val") if "val" in manifest["splits"] else 0
         problem = host.shm_error(free=host.shm_free_bytes(), workers=config.workers,
-                                 batch_bytes=batch_bytes(config, manifest), local_ranks=info.local_world_size)
+                                 batch_bytes=batch_bytes(config, manifest), local_ranks=info.local_world_size,
+                                 val_batch_bytes=val)
     problems = [p for p in gather_objects(info, problem) if p]
     if problems:
         raise TrainError(problems[0])
@@ -103,13 +105,14 @@ def train(config: TrainConfig) -> dict:
     if config.data and config.storage_option:
         storage.apply_storage_options(config.data, config.storage_option)
     try:
-        info = init_distributed(config.device)
+        info = init_distributed(config.device, backend=config.dist_backend)
     except (RuntimeError, ValueError) as e:
         raise TrainError(str(e)) from None
     config, notes = resolve(config, info)
     if info.device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed shapes per epoch: autotune the convolutions
-        torch.set_float32_matmul_precision("high")  # TF32 where --amp none
+        if config.amp == "none":  # TF32 where --amp none; not under AMP (the --gpu-decode crop's matmuls stay fp32)
+            torch.set_float32_matmul_precision("high")
     check_flags(config, info)
     manifest, num_classes, num_train = read_dataset(config)
     _check_data(config, info, None if config.synthetic_data else manifest)
