@@ -57,8 +57,11 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
         for i, sh in enumerate(s["shards"]):
             if not (isinstance(sh, dict) and isinstance(sh.get("url"), str) and isinstance(sh.get("num_samples"), int)
                     and isinstance(sh.get("bytes"), int) and _is_hex(sh.get("sha256"), 64)
-                    and _is_hex(sh.get("md5"), 32)):
-                bad(f"splits.{name}.shards[{i}] lacks url, num_samples, bytes, sha256 or md5")
+                    and _is_hex(sh.get("md5"), 32)
+                    and all(isinstance(k, str) for k in (sh.get("excluded") if isinstance(sh.get("excluded"), list)
+                                                         else [None] if "excluded" in sh else []))):
+                bad(f"splits.{name}.shards[{i}] lacks url, num_samples, bytes, sha256 or md5 (or its excluded "
+                    "is not a list of keys)")
                 shards_ok = False
                 continue
             absolute = sh["url"].startswith("/") or "://" in sh["url"]  # adopt --out points at the set's own place
@@ -178,3 +181,11 @@ def check_class_counts(split: str, manifest_counts: dict, observed: Counter) -> 
         if want != got:
             out.append(Problem("class_count", None, None, f"{split} {wnid}: {got} samples, manifest says {want}"))
     return out
+
+
+def check_format_counts(split: str, manifest_counts: dict, observed: Counter) -> list[Problem]:
+    """An adopted split's images per format, read from its shards, against the manifest's
+    `adopted.formats` (what adopt counted): a swapped-in image of another format shows here."""
+    return [Problem("format_count", None, None, f"{split}: {got} {fmt or 'unreadable'} images, manifest says {want}")
+            for fmt in sorted(set(manifest_counts) | set(observed), key=str)
+            if (want := manifest_counts.get(fmt, 0)) != (got := observed.get(fmt, 0))]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
+from imagenet_shards.pipeline.prepare.image_formats import image_format_name
 
 DIGEST_BYTES = 16
 REGULAR_TYPES = (b"0", b"\0")  # a shard holds regular files only (tar type 0, or NUL in old headers)
@@ -28,6 +29,7 @@ class SampleObservation:
     jpg_head: bytes = b""
     jpg_size: int = 0
     digest: bytes = b""  # of the stored image bytes (sha1, truncated), for duplicate detection
+    image_format: str | None = None  # `image_format_name`: recounted against an adopted set's formats
     decoded: tuple | None = None  # deep: (format, mode, width, height)
     decode_error: str | None = None
 
@@ -93,6 +95,7 @@ def observe_samples(members, deep: bool, problems: list):
             current.json = m.data
         elif ext in ("jpg", "webp"):  # the image (.webp: an adopted WEBP set)
             current.jpg_head, current.jpg_size = m.data[:3], len(m.data)
+            current.image_format = image_format_name(m.data)
             # sha1: hardware-accelerated where sha256 is, fast where it is not; collisions by accident only matter
             current.digest = hashlib.sha1(m.data).digest()[:DIGEST_BYTES]
             if deep:

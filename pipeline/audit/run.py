@@ -32,11 +32,11 @@ from imagenet_shards.pipeline.audit.duplicates import (KeyColumn, duplicate_warn
                                                        find_duplicate_keys, key_hashes, pack_keys)
 from imagenet_shards.pipeline.audit.expect import check_expect, load_expect
 from imagenet_shards.pipeline.audit.holdout import check_holdout
-from imagenet_shards.pipeline.audit.manifest_checks import (check_class_counts, check_extra_files, check_manifest,
-                                                            check_side_files)
+from imagenet_shards.pipeline.audit.manifest_checks import (check_class_counts, check_extra_files,
+                                                            check_format_counts, check_manifest, check_side_files)
 from imagenet_shards.pipeline.audit.observe import observe_shard
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport, Problem
-from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, shard_url
+from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, samples_in_tar, shard_url
 from imagenet_shards.pipeline.parallel import run_jobs
 
 IGNORED_DIRS = ("_prepare",)  # prepare-shards' job state, not part of the shard set
@@ -58,6 +58,7 @@ class ShardResult:
     class_counts: Counter | None  # folded into its split's by `audit` as it arrives (fold_class_counts)
     complete: bool  # read to its end, no structural fault, count as listed
     bytes_read: int
+    formats: Counter  # image format (`image_format_name`) -> samples, excluded ones left out
 
     @property
     def keys(self) -> KeyColumn:
@@ -102,14 +103,18 @@ def audit_shard(data: str, split: str, entry: dict, classes: list[dict], deep: b
     """Observe and check one listed shard (runs in a worker process)."""
     obs = observe_shard(shard_url(data, entry["url"]), deep=deep)
     problems = check_shard(entry, obs, split, classes, adopted)
-    with_image = [s for s in obs.samples if s.digest]
-    counts = Counter(w for s in obs.samples if (w := sample_wnid(s, classes)) is not None)
-    complete = obs.exists and obs.complete and not obs.read_error and len(obs.samples) == entry["num_samples"]
+    excluded = set(entry.get("excluded") or ())
+    kept = [s for s in obs.samples if s.key not in excluded]  # excluded samples count toward nothing
+    with_image = [s for s in kept if s.digest]
+    counts = Counter(w for s in kept if (w := sample_wnid(s, classes)) is not None)
+    complete = obs.exists and obs.complete and not obs.read_error and len(obs.samples) == samples_in_tar(entry)
     keys = [s.key for s in obs.samples]
-    rows = np.array([i for i, s in enumerate(obs.samples) if s.digest], dtype=np.uint32).tobytes()
+    rows = np.array([i for i, s in enumerate(obs.samples) if s.key not in excluded and s.digest],
+                    dtype=np.uint32).tobytes()
     return ShardResult(entry["url"], split, problems, pack_keys(keys), len(keys), key_hashes(keys), rows,
                        b"".join(s.digest for s in with_image), counts, complete,
-                       obs.size if obs.exists and obs.size is not None else 0)
+                       obs.size if obs.exists and obs.size is not None else 0,
+                       Counter(s.image_format for s in with_image))
 
 
 def _read_json(url: str):
@@ -190,6 +195,9 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
         if split in usable and all(r.complete for r in mine):  # else the shard problems already say why
             problems += check_class_counts(split, m["splits"][split]["class_counts"],
                                            class_counts.get(split, Counter()))
+            formats = ((m.get("adopted") or {}).get("formats") or {}).get(split)
+            if formats is not None:  # an adopted set's images, recounted by format
+                problems += check_format_counts(split, formats, sum((r.formats for r in mine), Counter()))
         report.counts[split] = {
             "shards": len(m["splits"][split].get("shards", [])) if split in usable else None,
             "shards_read": sum(1 for r in mine if r.bytes_read),

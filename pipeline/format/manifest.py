@@ -74,7 +74,8 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
                     fix_counts.update(f["fixes"])
                 if any(x not in COUNTED_ONLY for x in f["fixes"]):
                     fix_samples.append(f)
-            shards.append({k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")})
+            shards.append({**{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")},
+                           **({"excluded": r["excluded"]} if r.get("excluded") else {})})
         num_samples = sum(sh["num_samples"] for sh in shards)
         entry = {
             "num_samples": num_samples,
@@ -143,13 +144,20 @@ def _failed_by_class(record: dict) -> dict[str, dict[str, int]]:
     return out
 
 
+def samples_in_tar(shard: dict) -> int:
+    """The samples a shard's tar holds: its `num_samples` plus those the manifest lists as `excluded`
+    (an adopted set's samples left out with `--exclude-bad`, which stay in the tar)."""
+    return shard["num_samples"] + len(shard.get("excluded") or ())
+
+
 def info_json(manifest: dict) -> dict:
-    """timm / HF-style split info (`_info.json`)."""
+    """timm / HF-style split info (`_info.json`); it describes the tars as they are (excluded samples included)."""
     splits = {}
     for split, s in manifest["splits"].items():
         name = INFO_SPLIT_NAMES.get(split, split)
+        lengths = [samples_in_tar(sh) for sh in s["shards"]]
         splits[name] = {"name": name, "filenames": [sh["url"] for sh in s["shards"]],
-                        "shard_lengths": [sh["num_samples"] for sh in s["shards"]], "num_samples": s["num_samples"]}
+                        "shard_lengths": lengths, "num_samples": sum(lengths)}
     info = {"name": manifest["name"], "splits": splits}
     if "label_space" in manifest:
         info["num_classes"] = manifest["label_space"]["num_classes"]
@@ -158,10 +166,11 @@ def info_json(manifest: dict) -> dict:
 
 
 def wids_index(manifest: dict, split: str) -> dict:
-    """The wids shard index for one split (urls relative to the folder holding the index)."""
+    """The wids shard index for one split (urls relative to the folder holding the index); wids
+    addresses samples by position in the tar, so `nsamples` counts excluded samples too."""
     shards = manifest["splits"][split]["shards"]
     return {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": f"{manifest['name']}-{split}",
-            "shardlist": [{"url": sh["url"], "nsamples": sh["num_samples"], "filesize": sh["bytes"],
+            "shardlist": [{"url": sh["url"], "nsamples": samples_in_tar(sh), "filesize": sh["bytes"],
                            "md5sum": sh["md5"]} for sh in shards]}
 
 
@@ -189,7 +198,8 @@ class Shard(NamedTuple):
     """A shard of a split, as the loader and tools open it."""
 
     url: str  # resolved against DATA
-    num_samples: int
+    num_samples: int  # the samples a reader gets: those in `exclude` are passed over, not counted
+    exclude: frozenset = frozenset()  # keys of samples the manifest left out (adopt --exclude-bad)
 
 
 def shard_url(data: str, rel: str) -> str:
@@ -236,7 +246,8 @@ def split_shards(manifest: dict, data, split: str) -> list[Shard]:
     if split not in splits:
         raise ManifestError(f"split {split!r} is not in the manifest (has: {', '.join(sorted(splits))})")
     try:
-        out = [Shard(shard_url(str(data), s["url"]), int(s["num_samples"])) for s in splits[split]["shards"]]
+        out = [Shard(shard_url(str(data), s["url"]), int(s["num_samples"]), frozenset(s.get("excluded") or ()))
+               for s in splits[split]["shards"]]
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"manifest split {split!r}: malformed shard entry ({e!r}); run audit-shards") from None
     if any(s.num_samples < 0 for s in out):

@@ -7,6 +7,11 @@ adopted unless the set is intact and its labels are proven (or, with `--trust-la
 taken on trust); then our manifest, the wids indexes and, where none exists, `_info.json` are
 written beside the shards (or in `--out`, the shard urls then absolute), so audit-shards, the loader
 and train-imagenet read it like a set of ours. docs/prepare.md says what is checked and why.
+
+Images are adopted in any format Pillow decodes (counted by format in `adopted.formats`). With
+`exclude_bad`, samples whose image nothing decodes are left out instead of refusing the set: each
+is a `rejected` entry with its reason, its shard entry lists it under `excluded` (and counts only
+the others in `num_samples`), and audit-shards and the loader pass over it.
 """
 
 from __future__ import annotations
@@ -206,12 +211,13 @@ def prove_labels(scans: list[ShardScan], where: dict[str, str], trust_labels: bo
 
 
 def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep: bool = False,
-          workers: int | None = None, progress: bool = True) -> dict:
+          exclude_bad: bool = False, workers: int | None = None, progress: bool = True) -> dict:
     """Scan the shard set at SRC (folder or URL) and write our manifest for it; returns the summary.
 
     Written beside the shards (shard urls relative), or to `out` (urls absolute: paths or URLs of
     SRC). AdoptError, before anything is written, for a set that is not intact, labels that break
-    the sorted-WNID convention, or labels no sample proves (unless `trust_labels`)."""
+    the sorted-WNID convention, or labels no sample proves (unless `trust_labels`); an image that
+    nothing decodes is a fault too, unless `exclude_bad` (then that sample is left out, recorded)."""
     t0 = time.monotonic()
     src, dest = str(src).rstrip("/") or "/", str(out or src).rstrip("/") or "/"
     for url in (src, dest):
@@ -234,7 +240,7 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
                          "set with audit-shards, or give another --out")
     splits, info = find_shards(src)
     ignored = splits.pop("test", [])  # unlabeled: nothing a classifier can train or evaluate on
-    jobs = [(rel if "://" in rel else storage.join(src, rel), rel, split, deep)
+    jobs = [(rel if "://" in rel else storage.join(src, rel), rel, split, deep, exclude_bad)
             for split in sorted(splits) for rel in splits[split]]
     scans: list = [None] * len(jobs)
     with tqdm(total=len(jobs), desc="adopt: scan", unit="shard", disable=not progress, dynamic_ncols=True) as bar:
@@ -245,8 +251,10 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
     if problems:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(Counter(p[0] for p in problems).items()))
         kind, shard, key, detail = problems[0]
+        hint = ("; --exclude-bad adopts the set without the images nothing decodes, each recorded with its reason"
+                if any(p[0] == "undecodable" for p in problems) else "")
         raise AdoptError(f"{storage.redact(src)} has problems, nothing adopted: {count} ({kinds}); first: {shard}"
-                         + (f" {key}" if key else "") + f": {detail}", problems)
+                         + (f" {key}" if key else "") + f": {detail}{hint}", problems)
     classes, unverified = prove_labels(scans, where, trust_labels)
     extra_labels = check_alt_labels(scans, where)
     space_name, space = space_of(classes)
@@ -254,6 +262,8 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
                "sample_exts": sorted(set().union(*(s.exts for s in scans))), "ignored": sorted(ignored),
                "label_space": space_name,
                **({"extra_labels": extra_labels} if extra_labels else {}),
+               "formats": {split: dict(sorted(sum((s.formats for s in scans if s.split == split), Counter()).items()))
+                           for split in sorted(splits)},
                "labels": {split: {"verified": sum(len(s.keys) for s in scans if s.split == split) - n, "trusted": n}
                           for split, n in sorted(unverified.items())}}
 
@@ -264,7 +274,7 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
 
     table, names = {c.wnid: c for c in imagenet_1k_classes()}, wnid_names()
     subset = space_name == "subset"  # a class subset's table keeps each class's 1k index, as prepare's does
-    state = {"config": {"mode": "adopt", "trust_labels": trust_labels, "deep": deep},
+    state = {"config": {"mode": "adopt", "trust_labels": trust_labels, "deep": deep, "exclude_bad": exclude_bad},
              "classes": [{"index": i, "wnid": w, "name": names.get(w, w),
                           **({"imagenet_1k_index": table[w].index} if subset else {})} for i, w in enumerate(classes)],
              "sources": [], "splits": {}}
@@ -278,8 +288,11 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
                                  "bytes": sum(s.bytes for s in mine), "shards": len(mine),
                                  "fingerprint": f"shards-sha256:{fingerprint}"})
         state["splits"][split] = {"plan_rejected": [], "images_in": sum(len(s.keys) for s in mine)}
-        records[split] = [{"index": i, "url": url(s.rel), "num_samples": len(s.keys), "bytes": s.bytes,
-                           "sha256": s.sha256, "md5": s.md5, "rejected": [], "skipped": [], "fixed": [],
+        records[split] = [{"index": i, "url": url(s.rel), "num_samples": len(s.keys) - len(s.excluded),
+                           "bytes": s.bytes, "sha256": s.sha256, "md5": s.md5, "skipped": [], "fixed": [],
+                           "rejected": [{"split": split, "key": key, "source": s.rel, "reason": reason,
+                                         "detail": detail} for key, reason, detail in s.excluded],
+                           **({"excluded": sorted(key for key, _, _ in s.excluded)} if s.excluded else {}),
                            "class_counts": {classes[label]: n for label, n in s.labels.items()}}
                           for i, s in enumerate(mine)]
     manifest = build_manifest(state, records)
@@ -302,8 +315,9 @@ def summarize(manifest: dict, dest: str, wall_s: float) -> dict:
     return {"adopted": a["from"], "out": storage.redact(dest), "label_space": a["label_space"], "ignored": a["ignored"],
             "classes": len(manifest["classes"]), "info_json": a["info_json"], "samples": manifest["totals"]["samples"],
             "shards": manifest["totals"]["shards"], "bytes": manifest["totals"]["bytes"], "wall_s": round(wall_s, 3),
-            "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"],
-                           "classes": len(v["class_counts"]), **a["labels"][s]}
+            "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "excluded": v["num_rejected"],
+                           "classes": len(v["class_counts"]), "formats": a.get("formats", {}).get(s, {}),
+                           **a["labels"][s]}
                        for s, v in manifest["splits"].items()}}
 
 
@@ -313,7 +327,10 @@ def summary_text(s: dict) -> str:
              f"({storage.human_bytes(s['bytes'])}) of {s['adopted']} -> {s['out']}/{MANIFEST_NAME}"]
     for split, v in s["splits"].items():
         lines.append(f"  {INFO_SPLIT_NAMES.get(split, split):10s}: {v['samples']:,} samples, {v['classes']} classes; "
-                     f"labels verified {v['verified']:,}, trusted {v['trusted']:,}")
+                     f"labels verified {v['verified']:,}, trusted {v['trusted']:,}; images "
+                     + ", ".join(f"{fmt} {n:,}" for fmt, n in v["formats"].items())
+                     + (f"; {v['excluded']:,} left out (--exclude-bad; listed in the manifest's rejected)"
+                        if v["excluded"] else ""))
     lines.append(f"  labels: sorted-WNID indexes of {s['classes']} classes ({s['label_space']}); _info.json "
                  + ("written" if s["info_json"] == "written" else "kept (the source's own)")
                  + (f"; not adopted: {len(s['ignored'])} unlabeled test shards" if s["ignored"] else ""))

@@ -20,6 +20,7 @@ import textwrap
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.interrupts import run_cli
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
@@ -78,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     sh.add_argument("--splits", default=None,
-                    help="which splits to build: train, val, test (default train,val; train,val,test with --test)")
+                    help="which splits to build: train, val, test (default train,val; train,val,test with --test); "
+                         "each must end with at least one sample")
+    sh.add_argument("--allow-partial-val", action="store_true",
+                    help="build val from a source that holds other images than the devkit's ground truth lists "
+                         "(default: an error; recorded in the manifest)")
     sub = p.add_argument_group("subsets (reproducible with --seed; recorded in the manifest; docs/prepare.md)")
     sub.add_argument("--classes", metavar="N|FILE",
                      help="keep N classes drawn with --seed, or those of FILE (one WNID a line, # comments); "
@@ -142,7 +147,11 @@ def build_adopt_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-labels", action="store_true",
                    help="adopt samples whose label no WNID proves (e.g. val keys without a .json), taking their .cls "
                         "as sorted-WNID indexes on trust (recorded in the manifest)")
-    p.add_argument("--deep", action="store_true", help="fully decode every image (default: JPEG header only)")
+    p.add_argument("--deep", action="store_true",
+                   help="fully decode every image (default: read each image's header only)")
+    p.add_argument("--exclude-bad", action="store_true",
+                   help="leave out samples whose image nothing decodes (each recorded in the manifest with its "
+                        "reason; audit-shards and the loader pass over them) instead of refusing the set")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     storage.add_storage_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -160,7 +169,7 @@ def adopt_main(argv: list[str]) -> int:
             if url:
                 storage.apply_storage_options(url, args.storage_option)
         summary = adopt(args.src, out=args.out, trust_labels=args.trust_labels, deep=args.deep,
-                        workers=args.workers, progress=not args.quiet)
+                        exclude_bad=args.exclude_bad, workers=args.workers, progress=not args.quiet)
     except (AdoptError, OSError, ValueError) as e:
         if args.json:
             print(json.dumps({"adopted": False, "error": one_line(e), "problems": [
@@ -261,6 +270,12 @@ def splits_option(args) -> tuple[str, ...]:
 
 
 def main(argv=None) -> int:
+    """prepare-shards: 0 done, 2 could not run (one line), 130/143 interrupted by SIGINT/SIGTERM
+    (one line; the rerun resumes)."""
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
     from imagenet_shards.pipeline.prepare.run import PrepareError, finalize, parse_part, prepare, summarize
@@ -288,7 +303,7 @@ def main(argv=None) -> int:
                         shard_samples=None if args.shard_bytes else
                         (1000 if args.shard_samples is None else args.shard_samples),
                         classes=None if args.classes is None else classes_option(args.classes),
-                        per_class=args.per_class, fraction=args.fraction,
+                        per_class=args.per_class, fraction=args.fraction, allow_partial_val=args.allow_partial_val,
                         train_list=None if args.train_list is None else read_train_list(args.train_list),
                         label_space=None if args.label_space is None else label_space_option(args.label_space),
                         holdout_per_class=args.holdout_per_class)

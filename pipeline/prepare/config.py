@@ -52,6 +52,7 @@ class Config:
     per_class: int | None = None
     fraction: float | None = None
     train_list: tuple[str, ...] | None = field(default=None, repr=False)  # up to 128k names (the 10 % list)
+    allow_partial_val: bool = False  # build val from a source with other images than the devkit lists
     label_space: LabelSpace | str | None = field(default=None, repr=False)
     holdout_per_class: int | None = None
 
@@ -86,6 +87,8 @@ class Config:
         d["splits"] = list(self.splits)
         for k in ("classes", "per_class", "fraction", "train_list", "label_space", "holdout_per_class"):
             del d[k]
+        if not self.allow_partial_val:  # recorded only when given: earlier runs' job states stay equal
+            del d["allow_partial_val"]
         if self.subset:
             d["subset"] = self.subset_record()
         # only when set: a run without them records what it recorded before they existed (same bytes)

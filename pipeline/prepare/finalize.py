@@ -16,6 +16,7 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import LEFT_OUT, build_manifest, write_outputs
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_rel
 from imagenet_shards.pipeline.prepare.parts import check_record_job, job_id
+from imagenet_shards.pipeline.storage.atomic import DiskFull
 
 
 class PrepareError(Exception):
@@ -48,8 +49,16 @@ def finalize(out: str) -> dict:
         records = {split: map(check, _read_records(outdir, split, state["splits"][split]["num_shards"]))
                    for split in state["config"]["splits"]}
         manifest = build_manifest(state, records)
+        from imagenet_shards.pipeline.prepare.split_checks import empty_in_manifest  # it imports PrepareError
+
+        error = empty_in_manifest(manifest)
+        if error:
+            raise PrepareError(error)
         write_outputs(out, manifest)
         return manifest
+    except DiskFull as e:
+        raise PrepareError(f"cannot finalize {storage.redact(out)}: {e}: free space there, then run prepare-shards "
+                           f"finalize {storage.redact(out)} (or rerun the same command)") from None
     except OSError as e:
         raise PrepareError(f"cannot finalize {storage.redact(out)}: {storage.redact(e)}") from None
 

@@ -83,6 +83,9 @@ class LocalOut:
         """OUT as messages show it."""
         return self.root
 
+    room_advice = ("free space on that disk, or give an --out on a disk with room; rerunning the same command "
+                   "resumes (finished shards are kept)")
+
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
 
@@ -208,6 +211,9 @@ class RemoteOut:
     def where(self) -> str:
         """OUT as messages show it (credentials redacted)."""
         return storage.redact(self.url)
+
+    room_advice = ("free space there, or give --staging DIR on a disk with room (shards are built there before "
+                   "upload: about one per worker at a time); rerunning the same command resumes")
 
     def start_staging(self) -> None:
         """Create the staging folder (before the workers start; they build into it)."""

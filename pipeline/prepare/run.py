@@ -10,6 +10,7 @@ classes are known (`plan.plan_splits`): the kept classes, their labels and 1k in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -34,6 +35,8 @@ from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceEr
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
 from imagenet_shards.pipeline.prepare.sources import index_split as _index_split
 from imagenet_shards.pipeline.prepare.spill import spill
+from imagenet_shards.pipeline.storage.atomic import DiskFull, disk_full_error, is_disk_full
+from imagenet_shards.pipeline.prepare.split_checks import check_val_source, empty_split_error
 from imagenet_shards.pipeline.prepare.subset import SubsetError
 
 
@@ -54,12 +57,14 @@ def local_sources(**sources) -> dict:
 
 
 def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None,
-                  read_sequential=None):
+                  read_sequential=None, recorded: dict | None = None):
     """Index the sources of the requested splits; returns (indexes, class WNIDs sorted).
 
     ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms).
     ``read_sequential(split, src)``: the index of a source that can only be read in order, made by a
-    one-pass reader (prepare/onepass.py), or None to index it here."""
+    one-pass reader (prepare/onepass.py), or None to index it here. ``recorded`` (when given)
+    receives, per split, what its sources entry records beyond the index: for a val source taken
+    with ``allow_partial_val``, the ground truth's count (``split_checks``)."""
     train, val, devkit, val_labels, test = local_sources(train=train, val=val, devkit=devkit,
                                                          val_labels=val_labels, test=test).values()
     indexes = {}
@@ -109,6 +114,10 @@ def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=
             + (f" (missing from train: {', '.join(missing[:5])}{'…' if len(missing) > 5 else ''})" if missing else "")
             + (f" (not in devkit: {', '.join(extra[:5])}{'…' if len(extra) > 5 else ''})" if extra else "")
             + "; use the devkit that belongs to these archives")
+    if "val" in indexes and devkit:  # the ground truth lists every val image: the source must hold those
+        partial = check_val_source(indexes["val"], labels, allow_partial=cfg.allow_partial_val)
+        if partial is not None and recorded is not None:
+            recorded["val"] = partial
     if "val" in indexes:
         unknown = sorted(set(_present(indexes["val"].members)) - set(classes))
         if unknown:
@@ -176,6 +185,8 @@ def _open_out(out, state: dict, overwrite: bool) -> None:
         out.create()
         if old != state:
             out.write_json(STATE, state)
+    except DiskFull:
+        raise  # prepare() says what to do
     except OSError as e:
         raise PrepareError(f"cannot write to {out.where}: {e.strerror or storage.redact(e)}") from None
 
@@ -235,6 +246,9 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, tes
         return _run(outdir, t0, out=out, train=train, val=val, devkit=devkit, val_labels=val_labels, test=test,
                     config=config, workers=workers, part=part, overwrite=overwrite,
                     verify_existing=verify_existing, progress=progress)
+    except DiskFull as e:
+        outdir.discard_if_unused()
+        raise PrepareError(f"{e}: {outdir.room_advice}") from None
     except (PrepareError, OSError):
         outdir.discard_if_unused()
         raise
@@ -259,9 +273,10 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     onepass = one_pass_reader(config, part, {"train": train, "val": val, "test": test},
                               fresh=lambda: _fresh(outdir, overwrite), folder=lambda: outdir.make_scratch("spill"),
                               workers=workers, progress=progress)
+    recorded: dict = {}
     try:
         indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels,
-                                         test=test, read_sequential=onepass and onepass.read)
+                                         test=test, read_sequential=onepass and onepass.read, recorded=recorded)
     except SourceError as e:
         raise PrepareError(str(e)) from None
     t_index = time.monotonic()
@@ -273,10 +288,17 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
                                                holdout=holdout)
     except SubsetError as e:
         raise PrepareError(str(e)) from None
+    for split, plan in plans.items():  # a split asked for that would end with 0 samples: before any work
+        error = empty_split_error(split, indexes[split], plan) if split in indexes else None if len(plan.shards) else (
+            f"--holdout-per-class {config.holdout_per_class}: no class has more than {config.holdout_per_class} "
+            "train images, so the val split would have 0 samples; give a smaller K")
+        if error:
+            raise PrepareError(error)
     state = {
         "config": config.as_dict(),
         "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
-                     "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
+                     "fingerprint": idx.fingerprint(), "members": len(idx.members), **recorded.get(idx.split, {})}
+                    for idx in indexes.values()],
         "classes": _class_table(classes, label_1k),
         "splits": {s: _split_state(indexes.get(s), p, config) for s, p in plans.items()},
     }
@@ -309,7 +331,15 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     del records, mine
     outdir.clean_stale(pending)  # temp files left by a killed run
     t_plan = time.monotonic()
-    done_images = _build(outdir, pending, config, workers, progress, sequential, job, f"{part[0]}/{part[1]}")
+    try:
+        done_images = _build(outdir, pending, config, workers, progress, sequential, job, f"{part[0]}/{part[1]}")
+    except BaseException:  # an error or Interrupted: the workers are stopped; what they left goes too
+        with contextlib.suppress(OSError):
+            outdir.clean_stale(pending)
+        raise
+    finally:
+        if onepass:  # its spill is a copy, gone once the shards are built (or the run ends)
+            shutil.rmtree(onepass.folder, ignore_errors=True)
     done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
@@ -347,6 +377,14 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
     out.start_staging()
     # one folder per part: parts that share OUT must not remove each other's buckets
     spill_dir = out.scratch("spill" if part == "0/1" else f"spill-{part.replace('/', '-of-')}")
+    try:
+        return _build_shards(out, pending, config, workers, progress, sequential, spill_dir, job, part)
+    finally:  # the buckets (and a one-pass spill) are a copy: a rerun spills again
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def _build_shards(out, pending: list[ShardSpec], config: Config, workers: int | None, progress: bool,
+                  sequential: dict[str, str], spill_dir: str, job: str, part: str) -> int:
     if sequential:
         files = {path for sp in pending for path in sp.paths() if path in sequential}
         with tqdm(total=len(files), desc="read sequential sources", unit="file", disable=not progress,
@@ -355,26 +393,30 @@ def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, p
                 pending = spill(pending, sequential, spill_dir, workers=workers, progress=bar)
             except SourceError as e:
                 raise PrepareError(str(e)) from None
+            except OSError as e:
+                if is_disk_full(e) and not isinstance(e, DiskFull):
+                    raise disk_full_error(spill_dir) from e  # the buckets are plain appends
+                raise
     totals = Counter()
     for sp in pending:
         totals[sp.split] += len(sp)
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
                     dynamic_ncols=True, smoothing=0.05)
             for i, s in enumerate(sorted(totals, key=SPLITS.index))}
-    rejected = Counter()
+    rejected, skipped = Counter(), Counter()  # the summary's two words: rejected (bad images), skipped (non-images)
     policy = config.policy()
     try:
         for _, rec in run_jobs(out.build, [(sp, policy) for sp in pending], workers=workers):
             rec["job"], rec["part"] = job, part
             out.write_json(record_rel(rec["split"], rec["index"]), rec)
-            rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
+            rejected[rec["split"]] += len(rec["rejected"])
+            skipped[rec["split"]] += len(rec["skipped"])
             bar = bars[rec["split"]]
-            bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
+            bar.set_postfix(rejected=rejected[rec["split"]], skipped=skipped[rec["split"]], refresh=False)
             bar.update(rec["planned"])
     finally:
         for b in bars.values():
             b.close()
-    shutil.rmtree(spill_dir, ignore_errors=True)
     return sum(totals.values())
 
 

@@ -3,7 +3,7 @@
   report-run RUN_DIR [--out report.png] [--json]
 
 Reads RUN_DIR/metrics.jsonl (a local folder or a URL) and draws loss, top-1/top-5, learning rate,
-throughput and data-wait over steps, with one verdict line: "data-bound: the training loop waited
+throughput, data-wait and memory (main RSS, loader workers' PSS per epoch) over steps, with one verdict line: "data-bound: the training loop waited
 34 % of the time; ~1.5x more loader throughput needed ..." or "compute-bound: data-wait 1.2 %".
 Needs matplotlib (pip install -e '.[report]').
 """

@@ -6,13 +6,15 @@ A published recipe: train-imagenet --recipe ffcv-rn50-16 --data DATA --out RUN_D
                  train-imagenet --recipe ffcv-rn50-16 --show [--world-size 8]   (the resolved recipe as JSON)
 URLs: only --data takes a URL (s3://, gs://, http(s)://, ...). --out, --cache-dir, --weights and
 --resume PATH are local paths; a URL there is refused (exit 2) rather than taken as a folder name.
-Exit codes: 0 done, 2 the run could not start or continue (the message says why).
+Exit codes: 0 done, 2 the run could not start or continue (the message says why), 130/143 stopped by
+SIGINT (Ctrl-C)/SIGTERM (one line; --resume auto continues from the last checkpoint).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -71,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "node, less 1 for the training thread and, on CUDA, 1 for the pin-memory thread; "
                         "printed at start)")
     g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    g.add_argument("--dist-backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="process-group backend under torchrun (default: NCCL on CUDA, gloo on the CPU); gloo on "
+                        "CUDA lets several ranks share one GPU (slow: for tests)")
     g.add_argument("--seed", type=int, default=0, help="seeds the data order, augmentation and init")
     g.add_argument("--resume", metavar="auto|PATH",
                    help="continue from a checkpoint (a local path); auto = RUN_DIR/checkpoint-latest.pt if it exists")
@@ -78,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after N epochs in this invocation (the schedule still spans --epochs); "
                         "continue later with --resume auto")
     g.add_argument("--eval-only", action="store_true", help="evaluate --weights or --resume and exit")
+    g.add_argument("--no-val", action="store_true",
+                   help="train without evaluating (needed for a --data whose val split is missing or empty; "
+                        "no checkpoint-best then)")
     g.add_argument("--weights", metavar="FILE",
                    help="initial weights: a state dict or one of our checkpoints (a local path)")
     g.add_argument("--synthetic-data", action="store_true",
@@ -215,7 +223,8 @@ def config_from_argv(argv: list[str] | None = None, *, parser: argparse.Argument
 
 
 def main(argv: list[str] | None = None) -> int:
-    """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2."""
+    """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2,
+    SIGINT/SIGTERM into one line and 130/143 (`lifecycle.RunSignals`)."""
     from imagenet_shards.train.recipes import UnknownRecipe, describe
     from imagenet_shards.train.trainer.config import TrainError
     try:
@@ -227,16 +236,25 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(describe(config, world_size=world), indent=1))
         return 0
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
+    from imagenet_shards.train.trainer.lifecycle import RunSignals
     from imagenet_shards.train.trainer.run import train
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    def run() -> int:
+        try:
+            # warnings our modules log (a bad sample skipped) go above the progress bars, not into them
+            with logging_redirect_tqdm(loggers=[logging.getLogger("imagenet_shards")]):
+                train(config)
+        except TrainError as e:
+            rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
+            print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
+            return 2
+        return 0
+
     try:
-        train(config)
-    except TrainError as e:
-        rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
-        print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
-        return 2
+        return RunSignals().run(run, resuming=config.resume == "auto")
     finally:
         shutdown_distributed()
-    return 0
 
 
 if __name__ == "__main__":

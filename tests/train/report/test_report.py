@@ -118,11 +118,12 @@ def test_report_png_has_its_panels_and_the_verdict(run_dir, tmp_path, capsys):
     img = np.asarray(Image.open(out).convert("L"))
     assert img.shape == (PAGE_INCHES[1] * DPI, PAGE_INCHES[0] * DPI)
     h, w = img.shape
-    # six cells in a 3x2 grid; each plot cell has dark pixels (axes, curves, text) beyond a blank page
+    # six plot cells (3 rows x 2) above the summary row; each has dark pixels (axes, curves, text)
     for row in range(3):
         for col in range(2):
-            cell = img[row * h // 3 + 20:(row + 1) * h // 3 - 20, col * w // 2 + 20:(col + 1) * w // 2 - 20]
+            cell = img[row * h // 4 + 20:(row + 1) * h // 4 - 20, col * w // 2 + 20:(col + 1) * w // 2 - 20]
             assert (cell < 128).mean() > 0.01, (row, col)
+    assert (img[3 * h // 4 + 20:h - 20] < 128).mean() > 0.005  # the summary and the verdict
 
 
 def test_report_of_a_remote_run_folder(run_dir, tmp_path, capsys):
