@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from imagenet_shards.pipeline.interrupts import default_in_workers
 
@@ -63,8 +64,7 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, workers: int | None = None)
         for i, args in enumerate(jobs):
             yield i, fn(*args)
         return
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_start)
+    pool = _pool(workers)
     try:
         futures = {pool.submit(fn, *args): i for i, args in enumerate(jobs)}
         for fut in as_completed(futures):
@@ -73,3 +73,35 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, workers: int | None = None)
         _stop(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def run_stream(fn: Callable, jobs: Iterable[tuple], *, workers: int | None = None,
+               ahead: int | None = None) -> Iterator[object]:
+    """Yield ``fn(*job)`` for every job of an iterable, in the jobs' order, with at most ``ahead``
+    (default 2 x workers) submitted and not yet yielded: for a stream of jobs too long to list, made
+    while it is read (prepare's one pass over a .tar.gz). 1 worker runs them here. An early stop
+    cancels and kills as in `run_jobs`."""
+    workers = max(1, workers or default_workers())
+    if workers == 1:
+        for args in jobs:
+            yield fn(*args)
+        return
+    ahead = ahead or 2 * workers
+    pool = _pool(workers)
+    try:
+        pending: deque = deque()
+        for args in jobs:
+            pending.append(pool.submit(fn, *args))
+            while len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    except BaseException:  # an error, Interrupted, or GeneratorExit from a caller that stopped reading
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_start)

@@ -84,7 +84,7 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
             bad("wnid_mismatch", f"train key names class {key_wnid} but json wnid is {meta['wnid']}")
     if meta is not None and not adopted and key_for(meta["filename"]) != s.key:
         bad("key_mismatch", f"json filename {meta['filename']!r} does not give key {s.key}")
-    if "jpg" in counts and adopted and "formats" in adopted:  # adopted in any format Pillow reads
+    if ("jpg" in counts or "webp" in counts) and adopted and "formats" in adopted:  # any format Pillow reads
         if s.decode_error is not None:
             bad("undecodable", s.decode_error)
     elif "jpg" in counts:

@@ -93,7 +93,7 @@ def observe_samples(members, deep: bool, problems: list):
             current.cls = m.data
         elif ext == "json":
             current.json = m.data
-        elif ext == "jpg":
+        elif ext in ("jpg", "webp"):  # the image (.webp: an adopted WEBP set)
             current.jpg_head, current.jpg_size = m.data[:3], len(m.data)
             current.image_format = image_format_name(m.data)
             # sha1: hardware-accelerated where sha256 is, fast where it is not; collisions by accident only matter

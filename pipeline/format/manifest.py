@@ -22,7 +22,9 @@ MANIFEST_NAME = "manifest.json"
 DATASET_NAME = "imagenet1k"
 INFO_SPLIT_NAMES = {"train": "train", "val": "validation"}
 CONSERVATION = "per split: images_in = num_samples + num_rejected + num_skipped"
-CONSERVATION_SUBSET = CONSERVATION + " + excluded_by_subset"  # a subset run (config.subset; format/subset.py)
+# inputs a split leaves out on purpose, each a field of the split's entry only where the run has it:
+# a subset's, a label space's (members of other classes), and train images held out as the val split
+LEFT_OUT = ("excluded_by_subset", "excluded_by_label_space", "held_out")
 
 
 # Fixes that are only counted in the manifest's `fixed.counts`, never listed per sample: policy-wide
@@ -84,31 +86,35 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
             "class_counts": dict(sorted(class_counts.items())),
             "shards": shards,
         }
-        if "excluded_by_subset" in split_state:
-            entry["excluded_by_subset"] = split_state["excluded_by_subset"]
+        for k in LEFT_OUT:
+            if k in split_state:
+                entry[k] = split_state[k]
+        if "held_out_from" in split_state:
+            entry["held_out_from"] = split_state["held_out_from"]
         if selects(subset, split):  # the classes a draw left short: drawn images rejected or skipped
             entry["short_classes"] = {w: {"drawn": class_counts[w] + sum(c.values()), "samples": class_counts[w],
                                           "reasons": dict(sorted(c.items()))} for w, c in sorted(failed.items())}
         if entry["images_in"] != (num_samples + entry["num_rejected"] + entry["num_skipped"]
-                                  + entry.get("excluded_by_subset", 0)):
+                                  + sum(entry.get(k, 0) for k in LEFT_OUT)):
             raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
                                  f"{entry['num_rejected']} rejected, {entry['num_skipped']} skipped, "
-                                 f"{entry.get('excluded_by_subset', 0)} excluded by the subset")
+                                 + ", ".join(f"{entry.get(k, 0)} {k}" for k in LEFT_OUT))
         splits[split] = entry
         rejected += split_rejected
         skipped += split_skipped
     by_key = lambda x: (x["split"], x["key"], x["source"])  # noqa: E731
     totals = {
-        "images_in": sum(s["images_in"] for s in splits.values()),
+        "images_in": sum(s["images_in"] for s in splits.values() if "held_out_from" not in s),  # held out: counted in train
         "samples": sum(s["num_samples"] for s in splits.values()),
         "rejected": len(rejected), "skipped": len(skipped),
         "shards": sum(s["num_shards"] for s in splits.values()),
         "bytes": sum(sh["bytes"] for s in splits.values() for sh in s["shards"]),
     }
-    return {
+    terms = [k for k in LEFT_OUT if any(k in s for s in splits.values())]
+    out = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "tool": {"name": "imagenet-shards", "version": __version__},
-        "name": DATASET_NAME,
+        "name": state.get("dataset", DATASET_NAME),
         "config": state["config"],
         "sources": state["sources"],
         "classes": state["classes"],
@@ -118,8 +124,11 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
         "fixed": {"counts": dict(sorted(fix_counts.items())),
                   "samples": sorted(fix_samples, key=lambda x: (x["split"], x["key"]))},
         "totals": totals,
-        "conservation": CONSERVATION_SUBSET if "subset" in state["config"] else CONSERVATION,
+        "conservation": " + ".join([CONSERVATION, *terms]),
     }
+    if "label_space" in state:  # a run that named one (an ILSVRC run without --label-space has none)
+        out["label_space"] = state["label_space"]
+    return out
 
 
 def _failed_by_class(record: dict) -> dict[str, dict[str, int]]:
@@ -149,7 +158,11 @@ def info_json(manifest: dict) -> dict:
         lengths = [samples_in_tar(sh) for sh in s["shards"]]
         splits[name] = {"name": name, "filenames": [sh["url"] for sh in s["shards"]],
                         "shard_lengths": lengths, "num_samples": sum(lengths)}
-    return {"name": manifest["name"], "splits": splits}
+    info = {"name": manifest["name"], "splits": splits}
+    if "label_space" in manifest:
+        info["num_classes"] = manifest["label_space"]["num_classes"]
+        info["label_space"] = manifest["label_space"]["name"]
+    return info
 
 
 def wids_index(manifest: dict, split: str) -> dict:

@@ -27,10 +27,12 @@ _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or --val-labels) or an "
     "ImageFolder tree. Both also take the Hugging Face ILSVRC/imagenet-1k files, .tar.gz or parquet, repeated or "
     "as a quoted glob (--train 'data/train-*.parquet'); their labels travel with the images (no --devkit). "
-    "--test takes the unlabeled test images (and adds the test split); their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
+    "--test takes the unlabeled test images (and adds the test split); their .cls is -1. --train also takes the full "
+    "ImageNet releases, fall11_whole.tar and winter21_whole.tar.gz (read once, in order). Nothing is extracted. "
+    "Labels = index of the WNID in the label space (--label-space; sorted WNIDs, as torchvision/timm). "
     "Rerunning the same command resumes; see docs/prepare.md.",
-    "Several machines: run the same command with --part I/N on each (or let RANK/WORLD_SIZE or a Slurm array say "
-    "which part); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
+    "Several machines: run the same command with --part I/N on each (or --part auto in a Slurm array, a Kubernetes "
+    "Indexed Job or under torchrun: docs/prepare.md has the sbatch script); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
     "manifest.json, _info.json and the wids indexes once every part is done, e.g. when the last part ran "
     "elsewhere or was interrupted (see `prepare-shards finalize --help`).",
     "Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run."))
@@ -53,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output directory, or a URL (s3://bucket/prefix, gs://..., any fsspec URL you can write "
                         "to; http(s):// is read-only and refused)")
     p.add_argument("--staging", metavar="DIR",
-                   help="for a URL --out: local folder where shards are built before upload (local only: a URL "
-                        "is refused; default: a temp folder; needs about workers x shard size)")
+                   help="local folder for scratch files (a URL is refused): for a URL --out, where shards are built "
+                        "before upload (default: a temp folder; needs about workers x shard size); for sources read "
+                        "in order (.tar.gz, parquet), where their images are spilled before the shards are built "
+                        "(default: OUT/_prepare; one pass: about the size of the shards; docs/prepare.md)")
     storage.add_storage_option(p)
     img = p.add_argument_group("images")
     img.add_argument("--resize", default="longer:500",
@@ -91,10 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--train-list", metavar="FILE",
                       help="keep the train images FILE names, one a line (n01440764_10026.JPEG or "
                            "n01440764/n01440764_10026.JPEG, e.g. the 1%% / 10%% semi-supervised lists)")
+    lab = p.add_argument_group("labels (docs/prepare.md, manifests/label-spaces)")
+    lab.add_argument("--label-space", metavar="NAME|FILE",
+                     help="the class list .cls indexes: imagenet-1k, imagenet-22k, imagenet-12k, imagenet-21k-goog, "
+                          "imagenet-21k-miil, imagenet-21k-miil-w21, present (the sources' WNIDs, sorted), or a FILE "
+                          "of WNIDs, one a line, in label order; images of other classes are left out and counted "
+                          "(excluded_by_label_space). Default: the sources' sorted WNIDs for the ILSVRC2012 archives "
+                          "(= imagenet-1k), imagenet-22k for a full release (fall11, winter21)")
+    lab.add_argument("--holdout-per-class", type=int, metavar="K",
+                     help="write a val split of K train images per class (classes with more than K), drawn with "
+                          "--seed and recorded; nested for growing K; no image in both (timm's 12k: 40)")
     run = p.add_argument_group("running")
     run.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    run.add_argument("--part", metavar="I/N", default=None,
-                     help="build only part I of N (multi-machine); default from RANK/WORLD_SIZE or a Slurm array")
+    run.add_argument("--part", metavar="I/N|auto", default=None,
+                     help="build only part I of N (multi-machine); auto: from the Slurm array "
+                          "(SLURM_ARRAY_TASK_ID/COUNT), torchrun (RANK/WORLD_SIZE), or a Kubernetes Indexed Job "
+                          "(JOB_COMPLETION_INDEX, with auto/N: N = the Job's completions); default: from a Slurm "
+                          "array or RANK/WORLD_SIZE when present")
     run.add_argument("--overwrite", action="store_true", help="replace shards from a run with another config")
     run.add_argument("--no-verify", action="store_true",
                      help="on resume, trust existing shards by size (skip re-hashing them); for a URL --out, "
@@ -179,7 +196,11 @@ def format_summary(s: dict) -> str:
         for split, v in s["splits"].items():
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)"
-                         + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else ""))
+                         + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else "")
+                         + (f" + {v['excluded_by_label_space']:,} outside the label space"
+                            if "excluded_by_label_space" in v else "")
+                         + (f" + {v['held_out']:,} held out as val" if "held_out" in v else "")
+                         + (" (held out from train)" if "held_out_from" in v else ""))
             if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
                 lines.append(f"  {split}: " + short_classes_text(v["short_classes"]))
         if s["rejected_by_reason"]:
@@ -259,6 +280,7 @@ def _main(argv=None) -> int:
     from imagenet_shards.pipeline.prepare.config import Config
     from imagenet_shards.pipeline.prepare.run import PrepareError, finalize, parse_part, prepare, summarize
     from imagenet_shards.pipeline.prepare.subset import classes_option, read_train_list
+    from imagenet_shards.pipeline.format.label_spaces import label_space_option
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["adopt"]:
@@ -282,7 +304,9 @@ def _main(argv=None) -> int:
                         (1000 if args.shard_samples is None else args.shard_samples),
                         classes=None if args.classes is None else classes_option(args.classes),
                         per_class=args.per_class, fraction=args.fraction, allow_partial_val=args.allow_partial_val,
-                        train_list=None if args.train_list is None else read_train_list(args.train_list))
+                        train_list=None if args.train_list is None else read_train_list(args.train_list),
+                        label_space=None if args.label_space is None else label_space_option(args.label_space),
+                        holdout_per_class=args.holdout_per_class)
         storage.apply_storage_options(args.out, args.storage_option)
         if config.restart_markers and not args.quiet:
             from imagenet_shards.pipeline.prepare import images

@@ -54,7 +54,7 @@ def check_val_source(idx, ground_truth: dict[str, str], *, allow_partial: bool) 
 
 def empty_split_error(split: str, idx, plan) -> str | None:
     """The one-line error for a split whose plan holds no sample, else None. `idx`: its SourceIndex."""
-    if any(sh.samples for sh in plan.shards):
+    if any(len(sh) for sh in plan.shards):  # len: a shard's samples are made only when read (plan.ShardSpec)
         return None
     flag = f"{SPLIT_FLAGS[split]} {idx.name}"
     if not idx.members:

@@ -14,7 +14,8 @@ from imagenet_shards.pipeline.format.manifest import Shard
 from imagenet_shards.pipeline.format.tar import iter_tar
 from imagenet_shards.train.loader.plan import Piece
 
-_FIELDS = ("jpg", "cls")  # what a sample needs; other members (.json) are skipped, not read
+_FIELDS = ("jpg", "webp", "cls")  # what a sample needs (its image: .jpg, or .webp in an adopted set such as
+# timm's imagenet-w21-webp-wds; decoded through Pillow); other members (.json) are skipped, not read
 
 
 class Record(NamedTuple):
@@ -22,8 +23,12 @@ class Record(NamedTuple):
 
     key: str
     url: str
-    jpg: bytes | None
+    jpg: bytes | None  # the image's bytes (.jpg or .webp)
     cls: bytes | None
+
+
+def _image(fields: dict) -> bytes | None:
+    return fields.get("jpg") if "jpg" in fields else fields.get("webp")
 
 
 def open_url(url: str, mode: str = "rb"):
@@ -61,7 +66,7 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
         for m in iter_tar(f, want=want, strict=False, where=shown):
             if m.key != key:
                 if key is not None and not skip and start <= index:
-                    yield Record(key, shown, fields.get("jpg"), fields.get("cls"))
+                    yield Record(key, shown, _image(fields), fields.get("cls"))
                 key, fields, skip = m.key, {}, m.key in exclude
                 if not skip:
                     index += 1
@@ -70,7 +75,7 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
             if m.data is not None:
                 fields[m.ext] = m.data
         if key is not None and not skip and start <= index:
-            yield Record(key, shown, fields.get("jpg"), fields.get("cls"))
+            yield Record(key, shown, _image(fields), fields.get("cls"))
         index += 1
     if stop is not None and index < stop:
         raise ValueError(f"{shown}: the manifest says it holds at least {stop} samples but it has {index}; "
