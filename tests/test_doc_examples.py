@@ -15,41 +15,23 @@ README's "Where your copy came from" table is run row by row as well.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from imagenet_shards.pipeline.tools.synthetic.generate import generate
+from tests.fixtures.docs import BIN, DOCS, REPO, SCRIPTS, SUBSTITUTIONS, doc_env, fenced_blocks
 
-REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-BIN = Path(sys.executable).parent
-SCRIPTS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-SUBSTITUTIONS = [("/data/imagenet-shards", "shards")]
 TINY_TRAIN = ["--arch", "resnet18", "--res", "32", "--val-res", "36", "--val-crop", "32", "--batch-size", "8",
               "--epochs", "1", "--limit-batches", "2", "--workers", "0", "--device", "cpu", "--amp", "none",
               "--log-interval", "1", "--warmup-epochs", "0"]
 TINY_SYNTHETIC = ["--train-per-class", "6", "--val-per-class", "2"]
-SHARDS_COMMAND = ("prepare-shards --train ILSVRC2012_img_train.tar --val ILSVRC2012_img_val.tar "
-                  "--devkit ILSVRC2012_devkit_t12.tar.gz --out /data/imagenet-shards")
 PRELUDE = "rank, world, epochs = 0, 1, 1\nres_for = lambda epoch: 32\n"
 PYTHON_SHRINK = [("workers=8", "workers=1"), (", 256,", ", 8,"), ("res=176", "res=32")]
-
-
-def fenced_blocks():
-    """(doc, line, info string, body) of every fenced block."""
-    for doc in DOCS:
-        text = doc.read_text()
-        for m in FENCE.finditer(text):
-            yield doc, text[:m.start()].count("\n") + 1, m.group(1), m.group(2)
 
 
 def logical_lines(body: str) -> list[str]:
@@ -99,6 +81,8 @@ def shrink(line: str) -> str:
         line = re.sub(r"--nproc_per_node[= ]\d+", "--nproc_per_node=1 --standalone", line)
     elif tokens[0] == "make-synthetic-imagenet":
         line += " " + " ".join(TINY_SYNTHETIC)
+    elif tokens[0] == "prepare-shards" and "--holdout-per-class" in tokens:
+        line += " --holdout-per-class 2"  # the docs hold out timm's 40 a class; the playground's classes hold 4
     return line
 
 
@@ -107,20 +91,9 @@ def allowed_exit(line: str) -> tuple[int, ...]:
     return (0, 1) if (our_command(line) or [""])[0] == "audit-shards" and "--expect" in line else (0,)
 
 
-@pytest.fixture(scope="module")
-def playground(tmp_path_factory) -> Path:
-    """A synthetic ImageNet in every layout the docs name, generated once."""
-    pytest.importorskip("pyarrow")
-    root = tmp_path_factory.mktemp("doc-playground")
-    generate(root, classes=4, train_per_class=6, val_per_class=2, seed=1, quirks=True,
-             layouts=("ilsvrc", "imagefolder", "kaggle", "classtars", "hf-targz", "hf-parquet"), progress=False)
-    data = root / "data"
-    data.mkdir()
-    for form in ("hf", "hf-parquet"):
-        for f in (root / form / "data").iterdir():
-            (data / f.name).symlink_to(f)
-    run_lines([SHARDS_COMMAND], root, "set-up")
-    return root
+@pytest.fixture
+def playground(doc_playground) -> Path:
+    return doc_playground
 
 
 def fresh_folder(playground: Path, tmp_path: Path, *, with_shards: bool = True) -> Path:
@@ -131,13 +104,13 @@ def fresh_folder(playground: Path, tmp_path: Path, *, with_shards: bool = True) 
         if entry.name == "shards":
             if with_shards:
                 shutil.copytree(entry, work / "shards")
-        elif entry.name not in ("hf", "hf-parquet", "expected.json"):
+        elif entry.name not in ("hf", "hf-parquet", "full", "expected.json"):
             (work / entry.name).symlink_to(entry)
     return work
 
 
 def run_lines(lines: list[str], work: Path, where: str) -> None:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    env = doc_env()
     for line in lines:
         cmd = shrink(line)
         r = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=600)

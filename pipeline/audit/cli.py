@@ -13,12 +13,13 @@ from collections import Counter
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport
 from imagenet_shards.pipeline.audit.run import audit
+from imagenet_shards.pipeline.console import OneLineParser
 
 MAX_LISTED = 200  # on stdout; --json always has every problem
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="audit-shards",
         description="Check a shard set against its manifest: every shard present with the right size and "
                     "sha256, well-formed tars, complete samples whose labels agree with the class table, "
@@ -33,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_out", metavar="REPORT.json",
                    help="also write the full report (every problem with shard, key, kind, detail) here")
     p.add_argument("--expect", metavar="NAME",
-                   help="compare totals and class counts with a known dataset: imagenet-1k")
+                   help="compare with a known dataset: imagenet-1k (class table, totals and class counts), or a "
+                        "label space (imagenet-22k, imagenet-12k, imagenet-21k-goog, imagenet-21k-miil, "
+                        "imagenet-21k-miil-w21: the class table is the space's, so every .cls is its WNID's index)")
     p.add_argument("--quiet", action="store_true", help="no progress bar; print only problems and the result")
     storage.add_storage_option(p)
     return p
@@ -88,6 +91,11 @@ def main(argv=None) -> int:
     if args.workers is not None and args.workers < 1:
         print("audit-shards: error: --workers must be at least 1", file=sys.stderr)
         return 2
+    if args.json_out and storage.is_remote(args.json_out):  # refused before the audit, not after it
+        print(f"audit-shards: error: --json takes a local path, not a URL ({storage.redact(args.json_out)}): "
+              "write the report here, then copy it", file=sys.stderr)
+        return 2
+    args.json_out = args.json_out and storage.local_path(args.json_out)
     try:
         storage.apply_storage_options(args.data, args.storage_option)
         report = audit(args.data, deep=args.deep, splits=args.splits, workers=args.workers, expect=args.expect,

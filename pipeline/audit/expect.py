@@ -12,27 +12,28 @@ from __future__ import annotations
 from collections import Counter
 
 from imagenet_shards.pipeline.audit.report import AuditError, Problem
-from imagenet_shards.pipeline.format.keys import train_key_wnid
-from imagenet_shards.pipeline.format.subset import CLASS_SUBSET_SPLITS, TRAIN_SUBSET_SPLITS, describe, fraction_count
+from imagenet_shards.pipeline.format.keys import junk_name, train_key_wnid
+from imagenet_shards.pipeline.format.subset import CLASS_SUBSET_SPLITS, describe, fraction_count, selects
 
-# Rejects found while planning (not while reading the image): with a train selection (per_class,
-# fraction, train_list) they were never candidates, so they do not count toward the selection.
-PLAN_REASONS = ("duplicate_key", "no_label", "unsafe_key")
+# Rejects and skips found while indexing or planning (not while reading the image): with a train
+# selection (per_class, fraction, train_list) they were never candidates, so they do not count toward it.
+PLAN_REASONS = ("duplicate_key", "no_label", "unsafe_key", "not_a_regular_file")
 
 
 def load_expect(name: str) -> tuple[dict, list[str]]:
-    """(facts, sorted WNIDs) of a known dataset for --expect."""
-    if name != "imagenet-1k":
-        raise AuditError(f"unknown --expect {name!r}: the known dataset is imagenet-1k")
-    from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
+    """(facts, WNIDs in label order) of a known dataset for --expect: imagenet-1k's published counts,
+    or a label space of manifests/label-spaces, whose facts are its class table only (the full
+    release's per-class counts are not published, so no count is checked)."""
+    from imagenet_shards.pipeline.format.label_spaces import known_names, label_space
 
-    return imagenet_1k_facts(), [c.wnid for c in imagenet_1k_classes()]
+    if name == "imagenet-1k":
+        from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
 
-
-def selects(subset: dict | None, split: str) -> bool:
-    """Whether the subset picks images within the classes of `split` (per_class, fraction, train_list)."""
-    return bool(subset) and split in TRAIN_SUBSET_SPLITS and any(
-        subset.get(k) is not None for k in ("per_class", "fraction", "train_list"))
+        return imagenet_1k_facts(), [c.wnid for c in imagenet_1k_classes()]
+    if name not in known_names():
+        raise AuditError(f"unknown --expect {name!r}: known are {', '.join(known_names())}")
+    space = label_space(name)
+    return {"name": name, "num_classes": space.num_classes, "splits": {}}, list(space.wnids)
 
 
 def touches(subset: dict | None, split: str) -> bool:
@@ -90,6 +91,22 @@ def _check_classes(m: dict, subset: dict | None, reference_wnids: list[str], fac
     return [Problem("expect_classes", None, None, detail) for detail in out]
 
 
+def counted_inputs(m: dict, split: str, subset: dict | None) -> list[dict]:
+    """The rejected and skipped records of `split` that count toward the dataset's images: not
+    duplicate keys, not names that are never images, and with a train selection not the ones set
+    aside before the draw (they were never candidates)."""
+    records = [r for k in ("rejected", "skipped") if isinstance(m.get(k), list) for r in m[k]]
+    return [r for r in records if isinstance(r, dict) and r.get("split") == split
+            and r.get("reason") != "duplicate_key" and not junk_name(str(r.get("source") or r.get("key") or ""))
+            and not (selects(subset, split) and r.get("reason") in PLAN_REASONS)]
+
+
+def _failures(entry) -> int:
+    """How many drawn images of one `short_classes` entry are not samples."""
+    reasons = entry.get("reasons") if isinstance(entry, dict) else None
+    return sum(n for n in reasons.values() if isinstance(n, int)) if isinstance(reasons, dict) else 0
+
+
 def check_expect(m: dict, facts: dict, reference_wnids: list[str], splits: list[str], name: str) -> list[Problem]:
     """Compare a manifest with a known dataset's facts, scaled to the subset it records (counts
     allow for the recorded rejects)."""
@@ -110,13 +127,17 @@ def check_expect(m: dict, facts: dict, reference_wnids: list[str], splits: list[
             bad("expect_split_missing", f"no {split} split; {name} has {f['num_samples']} {split} images")
             continue
         (want_lo, want_hi), bounds = expected_counts(f, split, subset, wnids, facts["num_classes"])
-        # Rejected images were in the source and count toward it; duplicate keys are surplus members.
-        # Where a subset changed the split, a reject counts if it belongs to a kept class, and may
-        # count if its class is unknown (val keys do not name one).
+        # Rejected and skipped images were in the source and count toward it, as prepare drew them;
+        # duplicate keys are surplus members, and names that are never images (`._*`, format.keys.
+        # junk_name) are not images of the dataset. Where a subset changed the split, a reject counts
+        # if it belongs to a kept class, and may count if its class is unknown (val keys do not name
+        # one); a train selection's manifest names its short classes exactly (`short_classes`).
         partial = touches(subset, split)
-        rejects = [r for r in m["rejected"] if r.get("split") == split and r.get("reason") != "duplicate_key"
-                   and not (selects(subset, split) and r.get("reason") in PLAN_REASONS)]
+        rejects = counted_inputs(m, split, subset)
         rejects_by_class = Counter(train_key_wnid(str(r.get("key", ""))) for r in rejects)
+        if isinstance(s.get("short_classes"), dict):  # exact: prepare counted each class's failed draws
+            rejects_by_class = Counter({w: _failures(v) for w, v in s["short_classes"].items()})
+            rejects_by_class[None] = max(0, len(rejects) - sum(rejects_by_class.values()))
         unattributed = rejects_by_class.pop(None, 0)
         kept = set(wnids)
         certain = sum(c for w, c in rejects_by_class.items() if w in kept) if partial else len(rejects)
@@ -125,8 +146,8 @@ def check_expect(m: dict, facts: dict, reference_wnids: list[str], splits: list[
         if hi < want_lo or lo > want_hi:
             gap = want_lo - hi if hi < want_lo else want_hi - lo
             what = f"{gap} images missing: the copy is incomplete" if gap > 0 else f"{-gap} images too many"
-            recorded = f"{certain} recorded rejects = {lo}" if not maybe else \
-                f"{certain}..{certain + maybe} recorded rejects = {lo}..{hi}"
+            recorded = f"{certain} recorded rejects and skips = {lo}" if not maybe else \
+                f"{certain}..{certain + maybe} recorded rejects and skips = {lo}..{hi}"
             wanted = f"{want_lo}" if want_lo == want_hi else f"{want_lo}..{want_hi}"
             bad("expect_count", f"{split} has {s['num_samples']} samples + {recorded}, {of} has {wanted}: {what}")
         if bounds is None:

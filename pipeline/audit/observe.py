@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
+from imagenet_shards.pipeline.prepare.image_formats import image_format_name
 
 try:
     from imagenet_shards.pipeline.prepare import _jpegtran
@@ -33,6 +34,7 @@ class SampleObservation:
     jpg_head: bytes = b""
     jpg_size: int = 0
     digest: bytes = b""  # of the stored image bytes (sha1, truncated), for duplicate detection
+    image_format: str | None = None  # `image_format_name`: recounted against an adopted set's formats
     decoded: tuple | None = None  # deep: (format, mode, width, height)
     decode_error: str | None = None
 
@@ -81,10 +83,22 @@ def decode_image(data: bytes) -> tuple[tuple | None, str | None]:
         ImageFile.LOAD_TRUNCATED_IMAGES = saved
 
 
+def _until_fault(members, faults: list):
+    """The members, ending (not raising) at a tar fault, which is appended to `faults`."""
+    try:
+        yield from members
+    except TarFormatError as e:
+        faults.append(e)
+
+
 def observe_samples(members, deep: bool, problems: list):
-    """Group consecutive tar members into samples (webdataset's rule); note member-level problems."""
-    current = None
-    for m in members:
+    """Group consecutive tar members into samples (webdataset's rule); note member-level problems.
+
+    A tar fault ends the samples and is raised after them. The sample being grouped is yielded first
+    unless the fault cut one of its members: after bytes that follow the end-of-archive marker, or a
+    bad header, every member before was read whole and the sample counts."""
+    current, faults = None, []
+    for m in _until_fault(members, faults):
         if m.type not in REGULAR_TYPES:
             problems.append(("tar_not_regular", None, f"{m.name} is not a regular file (type {m.type!r})"))
             continue
@@ -100,14 +114,17 @@ def observe_samples(members, deep: bool, problems: list):
             current.cls = m.data
         elif ext == "json":
             current.json = m.data
-        elif ext == "jpg":
+        elif ext in ("jpg", "webp"):  # the image (.webp: an adopted WEBP set)
             current.jpg_head, current.jpg_size = m.data[:3], len(m.data)
+            current.image_format = image_format_name(m.data)
             # sha1: hardware-accelerated where sha256 is, fast where it is not; collisions by accident only matter
             current.digest = hashlib.sha1(m.data).digest()[:DIGEST_BYTES]
             if deep:
                 current.decoded, current.decode_error = decode_image(m.data)
-    if current is not None:
+    if current is not None and not (faults and faults[0].key == current.key):
         yield current
+    if faults:
+        raise faults[0]
 
 
 def observe_shard(url: str, *, deep: bool = False) -> ShardObservation:

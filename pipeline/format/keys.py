@@ -36,3 +36,17 @@ def train_key_wnid(key: str) -> str | None:
     """The WNID a train key names (`n01440764_10026` -> `n01440764`), or None for another key."""
     m = _TRAIN_KEY_RE.match(key)
     return m.group(1) if m else None
+
+
+JUNK_NAMES = ("thumbs.db", "desktop.ini")  # Windows' folder thumbnails and settings, lower-cased
+
+
+def junk_name(name: str) -> bool:
+    """Whether a source file's name says it is never an image: a hidden file (the AppleDouble `._*`
+    companions macOS writes beside each file it copies to a foreign disk, `.DS_Store`) or Windows'
+    `Thumbs.db` / `desktop.ini`. `name` is a file name or a source location (`n01440764.tar/._x.JPEG`,
+    `train-00000-of-00002.parquet#3:._x.JPEG`): its last component is judged. prepare-shards still reads
+    such a member in a full run (and lists it as skipped, `not_an_image`); a `--per-class`/`--fraction`
+    draw never takes one, and `audit-shards --expect` does not count one as an image of the dataset."""
+    base = re.split(r"[/\\:]", name)[-1]
+    return base.startswith(".") or base.lower() in JUNK_NAMES

@@ -18,6 +18,14 @@ CLASS_SUBSET_SPLITS = ("train", "val")  # test is unlabeled: a class subset cann
 TRAIN_SUBSET_SPLITS = ("train",)  # per_class, fraction, train_list
 
 
+def selects(record: dict | None, split: str) -> bool:
+    """Whether the subset record picks images within the classes of `split` (per_class, fraction,
+    train_list): then each class holds what was drawn for it, less the drawn images that were
+    rejected or skipped, which the manifest names per class (``short_classes``)."""
+    return bool(record) and split in TRAIN_SUBSET_SPLITS and any(
+        record.get(k) is not None for k in ("per_class", "fraction", "train_list"))
+
+
 def fraction_count(n: int, fraction: float) -> int:
     """How many of a class's `n` train images `--fraction` keeps: F x n rounded half up, at least 1
     (every class of the label space keeps an image), at most n. Exact decimal arithmetic on

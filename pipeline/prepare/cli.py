@@ -19,23 +19,27 @@ import sys
 import textwrap
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.interrupts import run_cli
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
     "tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or --val-labels) or an "
     "ImageFolder tree. Both also take the Hugging Face ILSVRC/imagenet-1k files, .tar.gz or parquet, repeated or "
     "as a quoted glob (--train 'data/train-*.parquet'); their labels travel with the images (no --devkit). "
-    "--test (with --splits ...,test) takes the unlabeled test images; their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
+    "--test takes the unlabeled test images (and adds the test split); their .cls is -1. --train also takes the full "
+    "ImageNet releases, fall11_whole.tar and winter21_whole.tar.gz (read once, in order). Nothing is extracted. "
+    "Labels = index of the WNID in the label space (--label-space; sorted WNIDs, as torchvision/timm). "
     "Rerunning the same command resumes; see docs/prepare.md.",
-    "Several machines: run the same command with --part I/N on each (or let RANK/WORLD_SIZE or a Slurm array say "
-    "which part); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
+    "Several machines: run the same command with --part I/N on each (or --part auto in a Slurm array, a Kubernetes "
+    "Indexed Job or under torchrun: docs/prepare.md has the sbatch script); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
     "manifest.json, _info.json and the wids indexes once every part is done, e.g. when the last part ran "
     "elsewhere or was interrupted (see `prepare-shards finalize --help`).",
     "Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run."))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="prepare-shards", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="\n\n".join(__doc__.split("\n\n")[:2]),
         epilog=_EPILOG)
@@ -43,15 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--train", metavar="SRC", action="append", help="train source (repeatable; a quoted glob is expanded)")
     src.add_argument("--val", metavar="SRC", action="append", help="val source (repeatable; a quoted glob is expanded)")
     src.add_argument("--test", metavar="SRC", action="append",
-                     help="test source, unlabeled (with --splits ...,test; repeatable; a quoted glob is expanded)")
+                     help="test source, unlabeled; adds the test split unless --splits says otherwise (repeatable; "
+                          "a quoted glob is expanded)")
     src.add_argument("--devkit", metavar="TGZ", help="ILSVRC2012_devkit_t12.tar.gz (or its extracted folder): val labels")
     src.add_argument("--val-labels", metavar="CSV", help="Kaggle LOC_val_solution.csv: val labels")
     p.add_argument("--out", required=True, metavar="OUT",
                    help="output directory, or a URL (s3://bucket/prefix, gs://..., any fsspec URL you can write "
                         "to; http(s):// is read-only and refused)")
     p.add_argument("--staging", metavar="DIR",
-                   help="for a URL --out: local folder where shards are built before upload (local only: a URL "
-                        "is refused; default: a temp folder; needs about workers x shard size)")
+                   help="local folder for scratch files (a URL is refused): for a URL --out, where shards are built "
+                        "before upload (default: a temp folder; needs about workers x shard size); for sources read "
+                        "in order (.tar.gz, parquet), where their images are spilled before the shards are built "
+                        "(default: OUT/_prepare; one pass: about the size of the shards; docs/prepare.md)")
     storage.add_storage_option(p)
     img = p.add_argument_group("images")
     img.add_argument("--resize", default="longer:500",
@@ -71,7 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     sz.add_argument("--shard-bytes", type=storage.positive_size, default=None,
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    sh.add_argument("--splits", default="train,val", help="which splits to build: train, val, test (default train,val)")
+    sh.add_argument("--splits", default=None,
+                    help="which splits to build: train, val, test (default train,val; train,val,test with --test); "
+                         "each must end with at least one sample")
+    sh.add_argument("--allow-partial-val", action="store_true",
+                    help="build val from a source that holds other images than the devkit's ground truth lists "
+                         "(default: an error; recorded in the manifest)")
     sub = p.add_argument_group("subsets (reproducible with --seed; recorded in the manifest; docs/prepare.md)")
     sub.add_argument("--classes", metavar="N|FILE",
                      help="keep N classes drawn with --seed, or those of FILE (one WNID a line, # comments); "
@@ -83,10 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--train-list", metavar="FILE",
                       help="keep the train images FILE names, one a line (n01440764_10026.JPEG or "
                            "n01440764/n01440764_10026.JPEG, e.g. the 1%% / 10%% semi-supervised lists)")
+    lab = p.add_argument_group("labels (docs/prepare.md, manifests/label-spaces)")
+    lab.add_argument("--label-space", metavar="NAME|FILE",
+                     help="the class list .cls indexes: imagenet-1k, imagenet-22k, imagenet-12k, imagenet-21k-goog, "
+                          "imagenet-21k-miil, imagenet-21k-miil-w21, present (the sources' WNIDs, sorted), or a FILE "
+                          "of WNIDs, one a line, in label order; images of other classes are left out and counted "
+                          "(excluded_by_label_space). Default: the sources' sorted WNIDs for the ILSVRC2012 archives "
+                          "(= imagenet-1k), imagenet-22k for a full release (fall11, winter21)")
+    lab.add_argument("--holdout-per-class", type=int, metavar="K",
+                     help="write a val split of K train images per class (classes with more than K), drawn with "
+                          "--seed and recorded; nested for growing K; no image in both (timm's 12k: 40)")
     run = p.add_argument_group("running")
     run.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    run.add_argument("--part", metavar="I/N", default=None,
-                     help="build only part I of N (multi-machine); default from RANK/WORLD_SIZE or a Slurm array")
+    run.add_argument("--part", metavar="I/N|auto", default=None,
+                     help="build only part I of N (multi-machine); auto: from the Slurm array "
+                          "(SLURM_ARRAY_TASK_ID/COUNT), torchrun (RANK/WORLD_SIZE), or a Kubernetes Indexed Job "
+                          "(JOB_COMPLETION_INDEX, with auto/N: N = the Job's completions); default: from a Slurm "
+                          "array or RANK/WORLD_SIZE when present")
     run.add_argument("--overwrite", action="store_true", help="replace shards from a run with another config")
     run.add_argument("--no-verify", action="store_true",
                      help="on resume, trust existing shards by size (skip re-hashing them); for a URL --out, "
@@ -97,9 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_finalize_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prepare-shards finalize",
-                                description="Assemble manifest.json, _info.json and the wids indexes once all "
-                                            "--part runs are done (says which are missing otherwise).")
+    p = OneLineParser(prog="prepare-shards finalize",
+                      description="Assemble manifest.json, _info.json and the wids indexes once all "
+                                  "--part runs are done (says which are missing otherwise).")
     p.add_argument("out", metavar="OUT")
     storage.add_storage_option(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -107,7 +132,7 @@ def build_finalize_parser() -> argparse.ArgumentParser:
 
 
 def build_adopt_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="prepare-shards adopt",
         description="Adopt an existing WebDataset ImageNet-1k shard set (e.g. timm's imagenet-1k-wds: _info.json + "
                     "imagenet1k-{train,validation}-NNNN.tar of .jpg/.cls/.json samples) without rewriting it: read "
@@ -122,7 +147,11 @@ def build_adopt_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-labels", action="store_true",
                    help="adopt samples whose label no WNID proves (e.g. val keys without a .json), taking their .cls "
                         "as sorted-WNID indexes on trust (recorded in the manifest)")
-    p.add_argument("--deep", action="store_true", help="fully decode every image (default: JPEG header only)")
+    p.add_argument("--deep", action="store_true",
+                   help="fully decode every image (default: read each image's header only)")
+    p.add_argument("--exclude-bad", action="store_true",
+                   help="leave out samples whose image nothing decodes (each recorded in the manifest with its "
+                        "reason; audit-shards and the loader pass over them) instead of refusing the set")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     storage.add_storage_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -140,7 +169,7 @@ def adopt_main(argv: list[str]) -> int:
             if url:
                 storage.apply_storage_options(url, args.storage_option)
         summary = adopt(args.src, out=args.out, trust_labels=args.trust_labels, deep=args.deep,
-                        workers=args.workers, progress=not args.quiet)
+                        exclude_bad=args.exclude_bad, workers=args.workers, progress=not args.quiet)
     except (AdoptError, OSError, ValueError) as e:
         if args.json:
             print(json.dumps({"adopted": False, "error": one_line(e), "problems": [
@@ -167,7 +196,13 @@ def format_summary(s: dict) -> str:
         for split, v in s["splits"].items():
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)"
-                         + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else ""))
+                         + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else "")
+                         + (f" + {v['excluded_by_label_space']:,} outside the label space"
+                            if "excluded_by_label_space" in v else "")
+                         + (f" + {v['held_out']:,} held out as val" if "held_out" in v else "")
+                         + (" (held out from train)" if "held_out_from" in v else ""))
+            if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
+                lines.append(f"  {split}: " + short_classes_text(v["short_classes"]))
         if s["rejected_by_reason"]:
             lines.append("  rejected/skipped by reason: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_reason"].items())))
@@ -181,6 +216,15 @@ def format_summary(s: dict) -> str:
         lines.append(f"  this run: built {s['shards_built']} shards, reused {s['shards_reused']} verified ones, "
                      f"{s['images_processed']:,} images at {s['images_per_s']:,.0f} img/s, wall {s['wall_s']:.1f} s")
     return "\n".join(lines)
+
+
+def short_classes_text(short: dict, most: int = 5) -> str:
+    """The classes a draw left short, as the summary names them: `n01440764 8 of 9 (truncated 1)`."""
+    items = sorted(short.items())
+    named = ", ".join(f"{w} {c['samples']} of {c['drawn']} ({', '.join(f'{r} {n}' for r, n in c['reasons'].items())})"
+                      for w, c in items[:most])
+    more = f" and {len(items) - most} more (manifest: short_classes)" if len(items) > most else ""
+    return f"{len(items)} class{'es' * (len(items) != 1)} short of what was drawn: {named}{more}"
 
 
 def one_line(error) -> str:
@@ -211,11 +255,32 @@ def expand_sources(values: list[str] | None):
     return out[0] if len(out) == 1 else out
 
 
+def splits_option(args) -> tuple[str, ...]:
+    """The splits to build: --splits, else train and val, and test when --test names its source (giving
+    a source asks for its split). A source whose split an explicit --splits leaves out is not read:
+    said in one line on stderr."""
+    if args.splits is None:
+        return ("train", "val", "test") if args.test else ("train", "val")
+    splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
+    unread = [f"--{name}" for name in ("train", "val", "test") if getattr(args, name) and name not in splits]
+    if unread and not args.quiet:
+        print(f"note: {', '.join(unread)} not read: --splits {args.splits} leaves "
+              f"{'that split' if len(unread) == 1 else 'those splits'} out", file=sys.stderr)
+    return splits
+
+
 def main(argv=None) -> int:
+    """prepare-shards: 0 done, 2 could not run (one line), 130/143 interrupted by SIGINT/SIGTERM
+    (one line; the rerun resumes)."""
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
     from imagenet_shards.pipeline.prepare.run import PrepareError, finalize, parse_part, prepare, summarize
     from imagenet_shards.pipeline.prepare.subset import classes_option, read_train_list
+    from imagenet_shards.pipeline.format.label_spaces import label_space_option
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["adopt"]:
@@ -233,13 +298,15 @@ def main(argv=None) -> int:
     try:
         config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
                         exif_transpose=args.exif_transpose, restart_markers=args.restart_markers,
-                        splits=tuple(s.strip() for s in args.splits.split(",") if s.strip()),
+                        splits=splits_option(args),
                         shard_bytes=args.shard_bytes,
                         shard_samples=None if args.shard_bytes else
                         (1000 if args.shard_samples is None else args.shard_samples),
                         classes=None if args.classes is None else classes_option(args.classes),
-                        per_class=args.per_class, fraction=args.fraction,
-                        train_list=None if args.train_list is None else read_train_list(args.train_list))
+                        per_class=args.per_class, fraction=args.fraction, allow_partial_val=args.allow_partial_val,
+                        train_list=None if args.train_list is None else read_train_list(args.train_list),
+                        label_space=None if args.label_space is None else label_space_option(args.label_space),
+                        holdout_per_class=args.holdout_per_class)
         storage.apply_storage_options(args.out, args.storage_option)
         if config.restart_markers and not args.quiet:
             from imagenet_shards.pipeline.prepare import images

@@ -1,17 +1,19 @@
 """Write one shard, atomically and byte-reproducibly, and describe what went into it.
 
 A worker process builds whole shards: read each planned member's bytes by offset, run
-`process_image`, append `KEY.cls`, `KEY.jpg`, `KEY.json` to a temp tar, fsync, rename. The returned
+`process_image` (or, for a one-pass build, take the result it stored: prepare/onepass.py), append `KEY.cls`, `KEY.jpg`, `KEY.json` to a temp tar, fsync, rename. The returned
 record (counts, hash, rejects, fixes) is what the manifest is assembled from.
 
-The tar is written with the standard library's ``tarfile``, the way ``webdataset.TarWriter`` writes
-it (stream mode, members of a sample in sorted extension order, the default PAX format, fixed
-mtime/mode/owner), so the bytes are the same; importing webdataset would import torch, which cost
+The tar is written with the standard library's ``tarfile``, the way ``webdataset.TarWriter(f,
+user="", group="", mode=0o644, mtime=0)`` writes it (stream mode, members of a sample in sorted
+extension order, the default PAX format; its defaults are mode 0o444, owner ``bigdata`` and the
+current time), so the bytes are the same; importing webdataset would import torch, which cost
 each prepare process ~470 MB of RSS and 1.4-2.4 s of start-up (measured, issue 12) for a tar writer.
-The record lists the samples whose fixes the manifest lists (``fixed``) and only counts the others
-(``fix_counts``: every fix of the shard): per-sample entries for policy-wide steps (``resized``,
-``restart_markers``) would be one per image, ~1.3 M entries held by the process that assembles
-the manifest.
+The record counts, per class, the planned images that did not become samples (``failed_by_class``:
+the manifest names the classes a train subset left short; format/manifest.py). It lists the samples
+whose fixes the manifest lists (``fixed``) and only counts the others (``fix_counts``: every fix of
+the shard): per-sample entries for policy-wide steps (``resized``, ``restart_markers``) would be one
+per image, ~1.3 M entries held by the process that assembles the manifest.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections import Counter
 from imagenet_shards.pipeline.format.manifest import COUNTED_ONLY
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image
+from imagenet_shards.pipeline.prepare.onepass import unpack_result
 from imagenet_shards.pipeline.prepare.plan import PlannedSample, ShardSpec
 
 class SourceFiles:
@@ -81,7 +84,7 @@ def sha256_file(path: str, chunk: int = 1 << 22) -> str:
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    """One member as webdataset's TarWriter writes it (mtime 0, mode 0o644, no owner names)."""
+    """One member as `webdataset.TarWriter(f, user="", group="", mode=0o644, mtime=0)` writes it."""
     ti = tarfile.TarInfo(name)
     ti.size, ti.mtime, ti.mode, ti.uname, ti.gname = len(data), 0, 0o644, "", ""
     tar.addfile(ti, io.BytesIO(data))
@@ -91,18 +94,20 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     """Write `spec` under out_dir/spec.url (temp name, fsync, rename) and return its record."""
     rejected, skipped, fixed, class_counts, written = [], [], [], {}, 0
     fix_counts: Counter = Counter()
+    failed: dict[str, Counter] = {}  # wnid -> reasons: planned images of the class that are not samples
     digests = (hashlib.sha256(), hashlib.md5())
     with SourceFiles() as sources, atomic_open(os.path.join(out_dir, spec.url)) as raw:
         hashing = _HashingWriter(raw, digests)
         with tarfile.open(fileobj=hashing, mode="w|") as tw:
             for s in spec.samples:
-                r = process_image(sources.read_member(s), policy)
+                data = sources.read_member(s)
+                r = unpack_result(data) if spec.preprocessed else process_image(data, policy)
                 where = {"split": spec.split, "key": s.key, "source": s.source}
-                if r.status == "rejected":
-                    rejected.append({**where, "reason": r.reason, "detail": r.detail})
-                    continue
-                if r.status == "skipped":
-                    skipped.append({**where, "reason": r.reason, "detail": r.detail})
+                if r.status in ("rejected", "skipped"):
+                    (rejected if r.status == "rejected" else skipped).append(
+                        {**where, "reason": r.reason, "detail": r.detail})
+                    if s.wnid is not None:
+                        failed.setdefault(s.wnid, Counter())[r.reason] += 1
                     continue
                 _add(tw, f"{s.key}.cls", str(s.label).encode())  # sorted extensions: cls, jpg, json
                 _add(tw, f"{s.key}.jpg", r.data)
@@ -116,10 +121,11 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
         size = raw.tell()
     return {
         "split": spec.split, "index": spec.index, "url": spec.url,
-        "num_samples": written, "planned": len(spec.samples),
+        "num_samples": written, "planned": len(spec),
         "bytes": size, "sha256": digests[0].hexdigest(), "md5": digests[1].hexdigest(),
         "class_counts": dict(sorted(class_counts.items())),
         "rejected": rejected, "skipped": skipped, "fixed": fixed, "fix_counts": dict(sorted(fix_counts.items())),
+        "failed_by_class": {w: dict(sorted(c.items())) for w, c in sorted(failed.items())},
     }
 
 

@@ -3,7 +3,9 @@
 - `draw_classes`: the kept classes, sorted: N drawn from the sources' classes with the seed, or a
   given list checked against them (an unknown WNID is refused, naming the first).
 - `select_members`: one split's members of the kept classes; for train, then N per class, a
-  fraction of each class, or the names of a list (a name the source lacks is refused).
+  fraction of each class, or the names of a list (a name the source lacks is refused). N and the
+  fraction are drawn among the members that can be images: a name that is never one (`._*`,
+  `.DS_Store`, `Thumbs.db`: `format.keys.junk_name`) is not drawn, so it cannot take an image's place.
 - `read_class_file`, `read_train_list`, `classes_option`: the files the command line takes.
 
 Draws are numpy PCG64 permutations, as the plan's shuffle. Each class's train draw is seeded with
@@ -19,7 +21,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from imagenet_shards.pipeline.format.keys import key_for, train_key_wnid
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.keys import junk_name, key_for, train_key_wnid
 from imagenet_shards.pipeline.format.subset import fraction_count
 from imagenet_shards.pipeline.prepare.sources import WNID_RE, Member
 
@@ -51,9 +54,11 @@ def read_class_file(path) -> tuple[str, ...]:
 
 
 def classes_option(value: str) -> int | tuple[str, ...]:
-    """--classes N|FILE: a number of classes to draw, else the WNIDs of the file it names."""
+    """--classes N|FILE: a number of classes to draw, else the WNIDs of the file it names (a local
+    path or file://; another URL is refused)."""
     if value.strip().isdigit():
         return int(value)
+    value = _local("--classes", value)
     if not os.path.exists(value):
         raise SubsetError(f"--classes takes a number or a file of WNIDs; there is no file {value}")
     return read_class_file(value)
@@ -99,7 +104,16 @@ def read_train_list(path) -> tuple[str, ...]:
     return tuple(sorted(set(names)))
 
 
+def _local(flag: str, value) -> str:
+    """The local path a file option names (a plain path or file://); SubsetError for another URL."""
+    path = storage.local_path(value)
+    if path is None:
+        raise SubsetError(f"{flag} takes a local path, not a URL ({storage.redact(value)}): copy the file here first")
+    return path
+
+
 def _lines(path, flag: str) -> list[str]:
+    path = _local(flag, path)
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().splitlines()
@@ -131,7 +145,8 @@ def select_members(split: str, members: list[Member], kept: set[str] | None, *, 
     """The members of one split that the subset keeps, in the order given.
 
     `kept`: the kept classes (None: all); it applies to labeled members (the test split has no
-    class and is kept whole). `per_class`, `fraction`, `train_list` apply to train only. Each
+    class and is kept whole). `per_class`, `fraction`, `train_list` apply to train only; the first two
+    draw among the members whose names can be images (`junk_name`: never drawn, so left out). Each
     member's key must be unique (the plan drops duplicate keys first). SubsetError for a train-list
     name that is not in the split, or that the source has under another class."""
     out = [m for m in members if kept is None or m.wnid is None or m.wnid in kept]
@@ -154,7 +169,8 @@ def select_members(split: str, members: list[Member], kept: set[str] | None, *, 
         return out
     by_class: dict[str, list[Member]] = defaultdict(list)
     for m in out:
-        by_class[m.wnid].append(m)
+        if not junk_name(m.filename):  # never an image: not drawn, left out (excluded_by_subset) like the undrawn
+            by_class[m.wnid].append(m)
     keep = set()
     for wnid, group in by_class.items():
         group = sorted(group, key=lambda m: m.key)

@@ -16,12 +16,14 @@ import sys
 import time
 from pathlib import Path
 
+from imagenet_shards.pipeline.console import OneLineParser
+
 BIN = Path(sys.executable).parent
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m imagenet_shards.pipeline.tools.demo",
-                                description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m imagenet_shards.pipeline.tools.demo",
+                      description=__doc__.splitlines()[0])
     p.add_argument("--out", default="demo-out", help="working folder (default demo-out)")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--train-per-class", type=int, default=100)

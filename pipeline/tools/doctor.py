@@ -12,6 +12,8 @@ import json
 import sys
 from importlib import metadata
 
+from imagenet_shards.pipeline.console import OneLineParser
+
 
 def _dist_version(name: str) -> str | None:
     try:
@@ -51,7 +53,7 @@ def backend_info() -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="imagenet-shards-doctor", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="imagenet-shards-doctor", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--brief", action="store_true", help="one line")
     return p

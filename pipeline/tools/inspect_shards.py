@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from PIL import Image, ImageDraw, ImageFont
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, shard_url
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 
@@ -257,7 +258,7 @@ def find_sample(data: str, manifest: dict, key: str, splits: list[str] | None = 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="inspect-shards",
         description="Look at a shard set: a captioned contact sheet (default), --stats, or one sample by --key.")
     p.add_argument("data", metavar="DATA", help="directory (or URL) holding manifest.json")

@@ -19,6 +19,8 @@ import sys
 
 import torch
 
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.train.bench.compare import compare
 from imagenet_shards.train.bench.measure import measure_loader
 from imagenet_shards.train.bench.peers import PEERS_ENV
@@ -30,7 +32,7 @@ from imagenet_shards.train.trainer.host import usable_cores
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``bench-loader`` command line (every default is stated in its help)."""
-    p = argparse.ArgumentParser(prog="bench-loader", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="bench-loader", description=__doc__.split("\n\n")[0])
     p.add_argument("data", metavar="DATA", help="shard set directory or URL (holds manifest.json)")
     p.add_argument("--split", default="train",
                    help="split to read (default train: RandomResizedCrop + flip; any other split: centre crops)")
@@ -74,6 +76,9 @@ def main(argv=None) -> int:
         return 2
     if args.peers and not args.compare:
         print("error: --peers only matters with --compare", file=sys.stderr)
+        return 2
+    if args.peers and storage.is_remote(args.peers):
+        print(f"error: --peers takes a local path, not a URL ({storage.redact(args.peers)})", file=sys.stderr)
         return 2
     if args.workers == 0:
         torch.set_num_threads(1)  # per-core numbers: no intra-op threads in the main process either

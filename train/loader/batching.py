@@ -23,6 +23,20 @@ class BadSampleError(ValueError):
     """A sample could not be used (strict mode): the message names the key and the shard."""
 
 
+def with_counts(records: Iterable, counts: Iterable[int]) -> Iterator[tuple]:
+    """(record, how many times to emit it) pairs, in read order (repeated augmentation)."""
+    for rec, n in zip(records, counts):
+        if n > 0:
+            yield rec, n
+
+
+def expand_counts(pairs: Iterable[tuple]) -> Iterator:
+    """Each record of (record, n) pairs n times in a row."""
+    for rec, n in pairs:
+        for _ in range(n):
+            yield rec
+
+
 def shuffle_buffer(items: Iterable, size: int, rng: random.Random, initial: int = 100) -> Iterator:
     """Bounded shuffle (webdataset's scheme): fill to ``initial``, then yield a random element per
     element read while growing to ``size``. Memory: ``size`` raw records."""
@@ -59,6 +73,7 @@ class DecodeConfig:
     hflip: bool = True
     decoder: str = "pil"
     aug: str | None = None
+    val_ratio: float | None = None  # FFCV's centre crop of this ratio, resized to val_crop (decode_val)
 
     @property
     def out_size(self) -> int:
@@ -84,7 +99,8 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
                 out[...] = img
                 img = out
     else:
-        img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out)
+        img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out,
+                             ratio=cfg.val_ratio)
     return img, label
 
 
@@ -105,6 +121,7 @@ class BatchInfo(NamedTuple):
     slot: int = -1      # main process writes into the release board once the batch is gone (slots.py)
     token: int = 0
     recycled: bool = False  # the batch is in a block an earlier batch used (no fresh shared memory)
+    keys: tuple = ()        # eval only: the samples' keys, in batch order (ReaL labels match by key)
 
 
 def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeConfig, rng: random.Random, *,
@@ -126,6 +143,7 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
         labels = torch.empty(n, dtype=torch.int64)
         label_slots = labels.numpy()  # a numpy store is ~0.1 us, a tensor's __setitem__ ~2-5 us
         bad, filled, dup, taken = [], 0, 0, 0
+        keys = [] if not fill else None
         while filled < n and (fill or taken < n):
             rec = next(records, None)
             if rec is None:
@@ -151,9 +169,12 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
                 continue
             label_slots[filled] = label
             filled += 1
+            if keys is not None:
+                keys.append(rec.key)
         if filled == 0:
             continue
         if filled < n:
             images, labels = images[:filled], labels[:filled]
         prev = (images, labels, filled)
-        yield images, labels, BatchInfo(tuple(bad), dup, ring.worker if ring else 0, slot, token, recycled)
+        yield images, labels, BatchInfo(tuple(bad), dup, ring.worker if ring else 0, slot, token, recycled,
+                                        tuple(keys or ()))

@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader.batching import DecodeConfig, batches, shuffle_buffer
+from imagenet_shards.train.loader.batching import DecodeConfig, batches, expand_counts, shuffle_buffer, with_counts
 from imagenet_shards.train.loader.cache import ShardCache
-from imagenet_shards.train.loader.plan import WorkerPlan, epoch_plan
+from imagenet_shards.train.loader.plan import WorkerPlan, epoch_plan, repeat_counts
 from imagenet_shards.train.loader.reading import open_url, read_pieces
 from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board
 
@@ -47,7 +47,7 @@ class ShardDataset(IterableDataset):
 
     def __init__(self, shards: list[Shard], *, batch_size: int, cfg: DecodeConfig, workers: int, seed: int,
                  rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0,
-                 cache: ShardCache | None = None, prefetch_factor: int = 4):
+                 cache: ShardCache | None = None, prefetch_factor: int = 4, repeats: int = 1):
         self.shards = shards
         self.opener = cache.open if cache is not None else open_url
         # what imagenet_shards.pipeline.storage.fs was told in this process (storage options, retry policy), for
@@ -57,6 +57,7 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.cfg, self.workers = batch_size, cfg, workers
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle_buffer, self.strict = shuffle_buffer, strict
+        self.repeats = repeats
         self.state = torch.tensor([epoch, cfg.res], dtype=torch.int64).share_memory_()
         self.board = new_board(workers, prefetch_factor)
         self._ring: SlotRing | None = None  # set in each worker process, kept across its epochs
@@ -65,7 +66,7 @@ class ShardDataset(IterableDataset):
         """This rank's per-worker plans for ``epoch`` (default: the one ``set_epoch`` selected)."""
         return epoch_plan(self.sizes, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size,
                           workers=max(1, self.workers), train=self.cfg.train, seed=self.seed,
-                          epoch=int(self.state[0]) if epoch is None else epoch)
+                          epoch=int(self.state[0]) if epoch is None else epoch, repeats=self.repeats)
 
     def __iter__(self):
         info = get_worker_info()
@@ -80,7 +81,13 @@ class ShardDataset(IterableDataset):
             storage.set_retry_policy(self.storage_state[1])
         ids = (self.seed, epoch, self.rank, worker)
         records = read_pieces(self.shards, plan.pieces, opener=self.opener)
-        if cfg.train:
+        if cfg.train and plan.shuffle_key is not None:
+            # repeated augmentation: ranks reading the same samples shuffle them alike (the crops,
+            # seeded by rank, differ), then each sample is emitted plan.repeat times in a row
+            pairs = with_counts(records, repeat_counts(plan))
+            rng = random.Random(_seed(self.seed, epoch, plan.shuffle_key, worker, 3))
+            records = expand_counts(shuffle_buffer(pairs, self.shuffle_buffer, rng))
+        elif cfg.train:
             records = shuffle_buffer(records, self.shuffle_buffer, random.Random(_seed(*ids, 1)))
         aug = dec.make_aug(cfg.aug) if cfg.train else None
         if info is not None and self._ring is None:
@@ -102,8 +109,9 @@ class ShardLoader:
     trainer's ``--limit-batches``) still reports the batches, samples and bad samples it saw."""
 
     def __init__(self, dataset: ShardDataset, *, workers: int, pin_memory: bool, persistent_workers: bool,
-                 prefetch_factor: int):
+                 prefetch_factor: int, keys: bool = False):
         self.dataset = dataset
+        self.keys = keys  # yield (images, labels, keys): the val samples' keys (ReaL labels)
         kw = {}
         if workers > 0:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor)
@@ -158,7 +166,7 @@ class ShardLoader:
             stats["recycled"] += info.recycled
             stats["samples"] += len(labels)
             stats["batches"] += 1
-            yield images, labels
+            yield (images, labels, info.keys) if self.keys else (images, labels)
 
 
 def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = None, workers: int = 4,
@@ -166,13 +174,17 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 val_resize: int = 256, val_crop: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                 hflip: bool = True, decoder: str = "auto", aug: str | None = None, shuffle_buffer: int = 2000,
                 pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int = 4,
-                strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None) -> ShardLoader:
+                strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
+                val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False) -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
     Otherwise: centre crops, manifest order, every sample exactly once (see docs/loader.md).
     ``cache_dir``: keep local copies of remote shards there, at most ``cache_bytes`` (default 90%
-    of that disk), least recently used evicted first (``cache.ShardCache``)."""
+    of that disk), least recently used evicted first (``cache.ShardCache``). ``val_crop_ratio``:
+    FFCV's val centre crop (that fraction of the shorter side, resized to ``val_crop``) instead of
+    resize + crop. ``repeats`` > 1: repeated augmentation in train (``plan.repeated_plan``).
+    ``keys``: eval batches come as (images, labels, keys)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -181,15 +193,18 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
         raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    if val_crop > val_resize:
+    if val_crop > val_resize and val_crop_ratio is None:
         raise ValueError(f"val_crop {val_crop} is larger than val_resize {val_resize}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     dec.make_aug(aug)  # validate the name early
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
-                       ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug)
+                       ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
+                       val_ratio=val_crop_ratio)
     shards = split_shards(read_manifest(data), data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
                            world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch,
-                           cache=cache, prefetch_factor=prefetch_factor)
+                           cache=cache, prefetch_factor=prefetch_factor, repeats=repeats)
     return ShardLoader(dataset, workers=workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
-                       prefetch_factor=prefetch_factor)
+                       prefetch_factor=prefetch_factor, keys=keys and not train)

@@ -34,7 +34,7 @@ import io
 import math
 import random
 import warnings
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -98,6 +98,16 @@ def random_resized_crop_params(width: int, height: int, scale: Sequence[float],
     else:
         w, h = width, height
     return (height - h) // 2, (width - w) // 2, h, w
+
+
+def center_crop_ratio_params(width: int, height: int, ratio: float) -> tuple[int, int, int, int]:
+    """(top, left, c, c) of FFCV's ``CenterCropRGBImageDecoder`` box (ffcv/fields/rgb_image.py
+    ``get_center_crop``): a square of side c = int(ratio x shorter side), offsets floored; the box is
+    then resized to the output size (FFCV's ImageNet val: ratio 224/256, output 256)."""
+    if not 0 < ratio <= 1:
+        raise ValueError(f"val crop ratio must be in (0, 1], got {ratio}")
+    c = max(1, int(ratio * min(width, height)))
+    return (height - c) // 2, (width - c) // 2, c, c
 
 
 def center_crop_params(width: int, height: int, resize: int, crop: int) -> tuple[float, float, float, float]:
@@ -340,17 +350,24 @@ def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0)
 
 
 def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str = "pil",
-               out: np.ndarray | None = None) -> np.ndarray:
+               out: np.ndarray | None = None, ratio: float | None = None) -> np.ndarray:
     """Resize the shorter side to ``resize`` and centre-crop ``crop`` -> uint8 [3, crop, crop]
     (torchvision ``Resize(resize)`` + ``CenterCrop(crop)``, done as one resample of the box;
-    written into ``out`` when given, like ``decode_train``)."""
+    written into ``out`` when given, like ``decode_train``). With ``ratio``: FFCV's centre crop
+    instead (``center_crop_ratio_params``) resized to ``crop`` (``resize`` unused)."""
     decoder = resolve_decoder(decoder)
+
+    def box(width: int, height: int):
+        if ratio is not None:
+            return center_crop_ratio_params(width, height, ratio)
+        return center_crop_params(width, height, resize, crop)
+
     if decoder != "tvio":
         size, img = _open_size(data, decoder)
-        return _crop(data, img, center_crop_params(*size, resize, crop), crop, out, False)
+        return _crop(data, img, box(*size), crop, out, False)
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
-    top, left, h, w = center_crop_params(W, H, resize, crop)
+    top, left, h, w = box(W, H)
     return _tvio_out(_tvio_resized_crop(img, top, left, h, w, crop, crop), out)
 
 
@@ -364,35 +381,5 @@ def decode_label(data: bytes) -> int:
 
 # ----------------------------------------------------------------------------- optional augmentations
 
-def _aug_factories() -> dict:
-    from torchvision.transforms import v2  # imported only when an augmentation is used
-    return {
-        "ra": lambda: v2.RandAugment(num_ops=2, magnitude=9),
-        "ta": lambda: v2.TrivialAugmentWide(),
-        "aa": lambda: v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET),
-        "jitter": lambda: v2.ColorJitter(0.4, 0.4, 0.4),
-    }
-
-
-# The one list of augmentation names (train-imagenet --aug takes exactly these; "none", or None, is
-# no augmentation): RandAugment(2, 9), TrivialAugmentWide, AutoAugment(ImageNet), ColorJitter(0.4).
-AUG_NAMES = ("none", "ra", "ta", "aa", "jitter")
-
-
-def make_aug(aug: str | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """torchvision v2 augmentation named ``aug`` (one of ``AUG_NAMES``) on a uint8 [3,H,W] tensor, or
-    None for "none"/None. RandomErasing is not here: it belongs after normalization, on the device
-    (trainer)."""
-    if aug is not None and aug not in AUG_NAMES:
-        raise ValueError(f"unknown aug {aug!r}; choose one of {', '.join(AUG_NAMES)}")
-    if aug in (None, "none"):
-        return None
-    return _aug_factories()[aug]()
-
-
-def apply_aug(aug, img: torch.Tensor, seed: int) -> torch.Tensor:
-    """Run a torch-RNG-driven augmentation deterministically from ``seed`` without disturbing
-    the caller's global torch RNG."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return aug(img)
+# The augmentations live in ``augment`` (the one table of names); re-exported here for the loader.
+from imagenet_shards.train.loader.augment import AUG_NAMES, apply_aug, make_aug  # noqa: E402,F401

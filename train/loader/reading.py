@@ -17,7 +17,8 @@ from imagenet_shards.pipeline.format.manifest import Shard
 from imagenet_shards.pipeline.format.tar import HashingReader, iter_tar
 from imagenet_shards.train.loader.plan import Piece
 
-_FIELDS = ("jpg", "cls")  # what a sample needs; other members (.json) are skipped, not read
+_FIELDS = ("jpg", "webp", "cls")  # what a sample needs (its image: .jpg, or .webp in an adopted set such as
+# timm's imagenet-w21-webp-wds; decoded through Pillow); other members (.json) are skipped, not read
 
 
 class Record(NamedTuple):
@@ -25,8 +26,12 @@ class Record(NamedTuple):
 
     key: str
     url: str
-    jpg: bytes | None
+    jpg: bytes | None  # the image's bytes (.jpg or .webp)
     cls: bytes | None
+
+
+def _image(fields: dict) -> bytes | None:
+    return fields.get("jpg") if "jpg" in fields else fields.get("webp")
 
 
 def open_url(url: str, mode: str = "rb"):
@@ -40,32 +45,40 @@ def open_url(url: str, mode: str = "rb"):
     return storage.open_url(url, mode)
 
 
-def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open_url) -> Iterator[Record]:
+def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open_url,
+               exclude: frozenset = frozenset()) -> Iterator[Record]:
     """Samples ``[start, stop)`` of one shard, as records of raw bytes (.jpg and .cls only).
 
     Streams the tar (works for non-seekable URLs); samples before ``start`` and other members are
-    passed over (by seek where the file can), not read into memory. A damaged tar, or a shard that
-    ends before ``stop``, disagrees with the manifest: ValueError naming the URL (redacted, as
-    everywhere the URL is shown) and saying to run audit-shards."""
-    index, key, fields = -1, None, {}
+    passed over (by seek where the file can), not read into memory. Samples whose key is in
+    ``exclude`` (the manifest left them out) are passed over the same way and not counted: positions
+    count the other samples only. A damaged tar, or a shard that ends before ``stop``, disagrees
+    with the manifest: ValueError naming the URL (redacted, as everywhere the URL is shown) and
+    saying to run audit-shards."""
+    index, key, fields, skip = -1, None, {}, False  # index: position of the last sample not excluded
     shown = storage.redact(url)
 
-    def want(k: str, ext: str) -> bool:  # the member's sample is `index` (same key) or the next one
-        return ext in _FIELDS and index + (k != key) >= start
+    def want(k: str, ext: str) -> bool:  # the member's sample is the current one (same key) or the next
+        if ext not in _FIELDS:
+            return False
+        if k == key:
+            return not skip and index >= start
+        return k not in exclude and index + 1 >= start
 
     with opener(url, "rb") as f, _mapped(f) as source:
         for m in iter_tar(source, want=want, strict=False, where=shown):
             if m.key != key:
-                if key is not None and start <= index:
-                    yield Record(key, shown, fields.get("jpg"), fields.get("cls"))
-                index += 1
-                if stop is not None and index >= stop:
-                    return
-                key, fields = m.key, {}
+                if key is not None and not skip and start <= index:
+                    yield Record(key, shown, _image(fields), fields.get("cls"))
+                key, fields, skip = m.key, {}, m.key in exclude
+                if not skip:
+                    index += 1
+                    if stop is not None and index >= stop:
+                        return
             if m.data is not None:
                 fields[m.ext] = m.data
-        if key is not None and start <= index:
-            yield Record(key, shown, fields.get("jpg"), fields.get("cls"))
+        if key is not None and not skip and start <= index:
+            yield Record(key, shown, _image(fields), fields.get("cls"))
         index += 1
     if stop is not None and index < stop:
         raise ValueError(f"{shown}: the manifest says it holds at least {stop} samples but it has {index}; "
@@ -96,4 +109,5 @@ def _mapped(f):
 def read_pieces(shards: list[Shard], pieces: Iterable[Piece], *, opener=open_url) -> Iterator[Record]:
     """Records of the planned pieces, in order."""
     for p in pieces:
-        yield from read_shard(shards[p.shard].url, p.start, p.stop, opener=opener)
+        shard = shards[p.shard]
+        yield from read_shard(shard.url, p.start, p.stop, opener=opener, exclude=shard.exclude)

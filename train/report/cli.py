@@ -3,7 +3,7 @@
   report-run RUN_DIR [--out report.png] [--json]
 
 Reads RUN_DIR/metrics.jsonl (a local folder or a URL) and draws loss, top-1/top-5, learning rate,
-throughput and data-wait over steps, with one verdict line: "data-bound: the training loop waited
+throughput, data-wait and memory (main RSS, loader workers' PSS per epoch) over steps, with one verdict line: "data-bound: the training loop waited
 34 % of the time; ~1.5x more loader throughput needed ..." or "compute-bound: data-wait 1.2 %".
 Needs matplotlib (pip install -e '.[report]').
 """
@@ -16,12 +16,13 @@ import os
 import sys
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.train.report.page import ReportError, draw_report, read_run
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="report-run", description=__doc__.split("\n\n")[0],
-                                epilog="Exit codes: 0 written, 2 the run could not be read or drawn.")
+    p = OneLineParser(prog="report-run", description=__doc__.split("\n\n")[0],
+                      epilog="Exit codes: 0 written, 2 the run could not be read or drawn.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a train-imagenet --out folder (or a URL of a copy)")
     p.add_argument("--out", default=None, help="PNG to write (default RUN_DIR/report.png; a local path)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
@@ -34,6 +35,7 @@ def main(argv=None) -> int:
     if storage.is_remote(out):
         print(f"error: --out takes a local path, got {storage.redact(out)}", file=sys.stderr)
         return 2
+    out = storage.local_path(out)  # file:// names a local path
     try:
         records = read_run(args.run_dir)
         try:

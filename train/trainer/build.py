@@ -17,7 +17,7 @@ from imagenet_shards.train.trainer.distributed import DistInfo, wrap_ddp
 from imagenet_shards.train.trainer.engine import make_grad_scaler
 from imagenet_shards.train.trainer.model import ModelEma, build_model, build_optimizer, load_weights
 from imagenet_shards.train.trainer.prefetch import SyntheticBatches
-from imagenet_shards.train.trainer.schedule import default_lr, make_lr_scheduler
+from imagenet_shards.train.trainer.schedule import default_lr, make_lr_scheduler, schedule_for
 
 IMAGENET_TRAIN_SAMPLES = 1281167  # sizes a --synthetic-data epoch when there is no --data
 
@@ -40,26 +40,38 @@ class Parts:
 
 
 def read_dataset(config: TrainConfig) -> tuple[dict | None, int, int]:
-    """(manifest or None, num_classes, train samples); ImageNet-1k's sizes for --synthetic-data alone."""
+    """(manifest or None, num_classes, train samples); ImageNet-1k's sizes for --synthetic-data alone.
+
+    TrainError for a manifest without val samples unless --no-val: evaluating on nothing would
+    print `val top1 0.00% (0 images)` every epoch and keep no best checkpoint."""
     if not config.data:
         return None, 1000, IMAGENET_TRAIN_SAMPLES
-    from imagenet_shards.pipeline.format.manifest import read_manifest
+    from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest
     try:
         manifest = read_manifest(config.data)
-        return manifest, len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])
+        found = manifest, len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])
+    except ManifestError as e:  # its message already says what to do
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e}") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e} "
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e!r} "
                          f"(point --data at a prepare-shards output directory)") from None
+    val = manifest["splits"].get("val")
+    if not config.no_val and not config.synthetic_data and not (isinstance(val, dict) and val.get("num_samples")):
+        what = "no val split" if val is None else "a val split of 0 samples"
+        raise TrainError(f"--data {redact(config.data)} has {what}: there is nothing to evaluate on; prepare it "
+                         "with --val (and --devkit), or pass --no-val to train without evaluation")
+    return found
 
 
-def batch_bytes(config: TrainConfig, manifest: dict | None) -> int:
-    """Bytes of one batch as loader workers hand it over: uint8 crops at the largest size the run
-    uses, or (--gpu-decode) raw JPEG bytes at the train split's mean size."""
+def batch_bytes(config: TrainConfig, manifest: dict | None, split: str = "train") -> int:
+    """Bytes of one `split` batch as loader workers hand it over: uint8 crops at the largest size
+    that split uses (train: the resolution ramp's largest; val: the centre crop), or (--gpu-decode)
+    raw JPEG bytes at that split's mean size."""
     if config.gpu_decode and manifest is not None:
-        train = manifest["splits"].get("train", {})
-        total = sum(int(s.get("bytes") or 0) for s in train.get("shards", []))
-        return config.batch_size * max(1, total // max(1, int(train.get("num_samples") or 1)))
-    side = max(config.res, config.end_res or 0, config.val_crop)
+        entry = manifest["splits"].get(split, {})
+        total = sum(int(s.get("bytes") or 0) for s in entry.get("shards", []))
+        return config.batch_size * max(1, total // max(1, int(entry.get("num_samples") or 1)))
+    side = max(config.res, config.end_res or 0) if split == "train" else config.val_crop
     return config.batch_size * 3 * side * side
 
 
@@ -74,16 +86,20 @@ def make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_trai
     common = dict(workers=config.workers, seed=config.seed, rank=info.rank, world_size=info.world_size,
                   pin_memory=info.device.type == "cuda", persistent_workers=config.workers > 0,
                   cache_dir=config.cache_dir, cache_bytes=config.cache_size)
+    train_extra, val_extra = {}, {}
     if config.gpu_decode:
         from imagenet_shards.train.loader.gpu_decode import make_gpu_decode_loader as make
         common["device"] = info.device
     else:
         from imagenet_shards.train.loader import make_loader as make
         common["aug"] = None if config.aug == "none" else config.aug
+        train_extra = {"repeats": config.ra_reps} if config.ra_reps > 1 else {}
+        val_extra = {"val_crop_ratio": config.val_crop_ratio, "keys": config.eval_real}
     try:
-        train_loader = make(config.data, "train", config.batch_size, train=True, res=res, **common)
-        val_loader = make(config.data, "val", config.batch_size, train=False, val_resize=config.val_res,
-                          val_crop=config.val_crop, **common)
+        train_loader = make(config.data, "train", config.batch_size, train=True, res=res, **common, **train_extra)
+        val_loader = None if config.no_val else make(config.data, "val", config.batch_size, train=False,
+                                                     val_resize=config.val_res, val_crop=config.val_crop,
+                                                     **common, **val_extra)
     except (OSError, ValueError) as e:
         raise TrainError(f"cannot open the shards of --data {redact(config.data)}: {e}") from None
     return train_loader, val_loader
@@ -96,7 +112,8 @@ def build(config: TrainConfig, info: DistInfo, num_classes: int, num_train: int,
     random.seed(config.seed)
     np.random.seed(config.seed)
     try:
-        raw = build_model(config.arch, num_classes)
+        raw = build_model(config.arch, num_classes, zero_init_residual=config.zero_init_residual,
+                          blurpool=config.blurpool)
         if config.weights:
             load_weights(raw, config.weights)
     except (ValueError, OSError) as e:
@@ -107,17 +124,25 @@ def build(config: TrainConfig, info: DistInfo, num_classes: int, num_train: int,
     if config.channels_last:
         raw.to(memory_format=torch.channels_last)
     train_loader, val_loader = make_loaders(config, info, num_classes, num_train, res)
-    steps = len(train_loader) if not config.limit_batches else min(len(train_loader), config.limit_batches)
+    steps = len(train_loader) // config.accumulate
+    steps = steps if not config.limit_batches else min(steps, config.limit_batches)
     if steps == 0:
         raise TrainError(f"the train split gives no full batch of {config.batch_size} per process over "
-                         f"{info.world_size} processes; lower --batch-size")
-    lr = config.lr if config.lr is not None else default_lr(config.batch_size * info.world_size)
-    optimizer = build_optimizer(raw, lr=lr, momentum=config.momentum, nesterov=config.nesterov,
-                                weight_decay=config.wd, no_bn_wd=config.no_bn_wd, device=info.device)
-    scheduler = make_lr_scheduler(optimizer, total_steps=config.epochs * steps,
-                                  warmup_steps=int(config.warmup_epochs * steps), schedule=config.schedule)
+                         f"{info.world_size} processes" + (f" and {config.accumulate} accumulated batches"
+                                                           if config.accumulate > 1 else "") + "; lower --batch-size")
+    global_batch = config.batch_size * info.world_size * config.accumulate
+    lr = config.lr if config.lr is not None else default_lr(global_batch)
+    try:
+        optimizer = build_optimizer(raw, lr=lr, momentum=config.momentum, nesterov=config.nesterov,
+                                    weight_decay=config.wd, no_bn_wd=config.no_bn_wd, wd_exempt=config.wd_exempt,
+                                    optimizer=config.optimizer, device=info.device)
+        scheduler = make_lr_scheduler(optimizer, schedule_for(config, steps))
+    except ValueError as e:
+        raise TrainError(str(e)) from None
     model = wrap_ddp(raw, info)
-    ema = ModelEma(raw, config.ema) if config.ema else None  # from the seeded init: same on all ranks
+    ema = None
+    if config.ema:  # from the seeded init: same on all ranks
+        ema = ModelEma(raw, config.ema, ramp=config.ema_ramp, copy_epochs=config.ema_copy_epochs)
     if config.compile:
         # dynamic=False: one static graph per train resolution (progressive resizing has a few,
         # rounded to multiples of 32) instead of a dynamic-shape graph that is slower at every size

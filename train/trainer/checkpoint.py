@@ -5,13 +5,16 @@ it, fsync, rename, directory fsync), so a kill at any moment leaves either the p
 checkpoint or the new one, never a torn file. Everything in it loads with
 `torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts. Checkpoints are taken
 only at epoch ends, so a resume starts at an epoch boundary and recomputes the schedules from the
-epoch number alone.
+epoch number alone. A run folder that cannot be written (read-only, full) is found before the first
+step (`out_problem`); a save that fails for want of room is one line naming the file, with the
+previous checkpoint intact (`save`).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,10 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from imagenet_shards.pipeline.storage.atomic import atomic_open, link_atomic, stale_temps
+from imagenet_shards.pipeline.storage.atomic import DiskFull, atomic_open, link_atomic, stale_temps
 from imagenet_shards.pipeline.storage.retry import redact
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
-from imagenet_shards.train.trainer.distributed import DistInfo, barrier, gather_objects, print0
+from imagenet_shards.train.trainer.distributed import DistInfo, gather_objects, print0
 
 if TYPE_CHECKING:
     from imagenet_shards.train.trainer.build import Parts
@@ -100,6 +103,35 @@ def restore_rng_state(state: dict, device: torch.device) -> None:
 
 # ----------------------------------------------------------------------------- a run's checkpoints
 
+def out_problem(out: str | os.PathLike) -> str | None:
+    """Why the run folder cannot be written (one line saying what to do), or None. A nameless file
+    is made and dropped in it (or, while it does not exist yet, in the folder it would be made in:
+    nothing is created), so a read-only or full disk stops the run before the first step rather
+    than with a traceback at the first record or checkpoint."""
+    out = Path(out)
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"cannot write to --out {out}: {probe} is a file, not a folder; give another --out"
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        return f"cannot write to --out {out}: {why[:1].lower() + why[1:]}; give an --out you can write to"
+    return None
+
+
+def _save_problem(path: Path, error: OSError) -> str:
+    """One line for a checkpoint that could not be written: the file, why, what to do, what is kept."""
+    kept = "the previous checkpoint-latest.pt is intact" if path.exists() else "no checkpoint was saved before"
+    if isinstance(error, DiskFull):
+        return (f"{error}: {kept}; free space there (or copy {path.parent} to a disk with room and use that as "
+                "--out), then continue with --resume auto")
+    return f"cannot save checkpoint {path}: {error.strerror or error}; {kept}"
+
+
 def resume_state(config: TrainConfig, num_classes: int) -> tuple[dict | None, Path | None]:
     """The checkpoint `--resume` names, loaded and checked against this run (None, None without one;
     `--resume auto` with no checkpoint yet starts from scratch)."""
@@ -164,6 +196,7 @@ def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: in
     top1 = result.get("val_top1")
     is_best = top1 is not None and (best_top1 is None or top1 > best_top1)
     best = top1 if is_best else best_top1
+    problem = None
     if info.is_main:
         state = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "arch": config.arch,
@@ -174,10 +207,17 @@ def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: in
             "ema": parts.ema.state_dict() if parts.ema is not None else None,
             "rng": rngs, "config": _plain(saved_config(config)), "best_top1": best, "metrics": result,
         }
-        latest = save_checkpoint(Path(config.out) / LATEST, state)
-        if is_best:
-            link_checkpoint(latest, Path(config.out) / BEST)
-    barrier(info)
+        target = Path(config.out) / LATEST
+        try:
+            latest = save_checkpoint(target, state)
+            if is_best:
+                target = Path(config.out) / BEST
+                link_checkpoint(latest, target)
+        except OSError as e:  # DiskFull (also under torch.save's RuntimeError), EROFS, EACCES...
+            problem = _save_problem(target, e)
+    problems = [p for p in gather_objects(info, problem) if p]  # every rank waits for the save, and stops with it
+    if problems:
+        raise TrainError(problems[0])
     return best
 
 

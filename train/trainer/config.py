@@ -67,8 +67,10 @@ class TrainConfig:
     random_erase: float = 0.0
     workers: int | None = None               # None: host.default_workers for this node
     device: str = "auto"
+    dist_backend: str = "auto"               # auto: NCCL on CUDA, gloo on the CPU (distributed.pick_backend)
     resume: str | None = None
     eval_only: bool = False
+    no_val: bool = False                     # train without evaluating (a shard set without val samples)
     synthetic_data: bool = False
     profile: int = 0
     seed: int = 0
@@ -82,6 +84,31 @@ class TrainConfig:
     cache_dir: str | None = None             # local LRU copy of remote shards (loader/cache.py)
     cache_size: int | None = None            # its cap in bytes (None: 90% of that disk)
     storage_option: list = field(default_factory=list)  # KEY=VALUE for the --data URL; saved as keys only
+    # --- what the published recipes need (docs/recipes.md); the defaults are the behaviour above
+    optimizer: str = "sgd"                   # sgd | lamb (model.OPTIMIZERS)
+    wd_exempt: str | None = None             # model.WD_EXEMPT; None: "norm" with --no-bn-wd, else "none"
+    loss: str = "ce"                         # ce | bce (loss.LOSSES)
+    bce_target_thresh: float | None = None   # bce: targets above it become 1, the rest 0 (timm)
+    zero_init_residual: bool = True          # ResNets: last BN of each block starts at 0
+    blurpool: bool = False                   # FFCV's blur before strided convs (model.apply_blurpool)
+    tta: bool = False                        # evaluate logits(x) + logits(flip(x)) (FFCV)
+    eval_every: int = 1                      # evaluate after every N-th epoch (0: the last only); always the last
+    eval_real: bool = False                  # also ReaL top-1 (manifests/imagenet-1k/real_labels.json)
+    val_crop_ratio: float | None = None      # FFCV's val crop: this fraction of the shorter side -> --val-crop px
+    lr_peak_epoch: float = 2.0               # --schedule triangle: where the lr peaks
+    lr_start_factor: float = 0.0             # triangle/cosine-epochs/timm-cosine: lr at the start, x peak
+    lr_end_factor: float = 0.0               # triangle: at the end; the cosines: their floor; x peak
+    lr_step_epochs: int = 30                 # --schedule step-epochs
+    lr_gamma: float = 0.1                    # --schedule step-epochs
+    ema_every: int = 1                       # EMA update after every N-th optimizer step of an epoch
+    ema_ramp: bool = True                    # decay min(d, (1+n)/(10+n)) (ours) or constant (torchvision)
+    ema_copy_epochs: int = 0                 # copy the weights into the EMA in the first N epochs (torchvision)
+    ra_reps: int = 1                         # repeated augmentation: each sample R times an epoch (loader/plan.py)
+    random_erase_fill: str = "noise"         # noise (timm "pixel") | zero (torchvision value=0)
+    accumulate: int = 1                      # optimizer step every N loader batches (gradients summed)
+    recipe: str | None = None                # the published recipe this run follows (train/recipes)
+    recipe_overrides: dict = field(default_factory=dict)  # field -> the recipe's value a flag replaced
+    recipe_scaling: dict = field(default_factory=dict)    # how the recipe was fitted to this world size
 
 
 def default_warmup(epochs: int) -> float:
@@ -131,6 +158,8 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
         raise TrainError("--gpu-decode needs CUDA (this run is on the CPU; drop --gpu-decode)")
     if config.eval_only and not (config.weights or config.resume):
         raise TrainError("--eval-only needs --weights FILE or --resume auto|PATH")
+    if config.eval_only and config.no_val:
+        raise TrainError("--eval-only evaluates on the val split: drop --no-val")
     if config.amp not in AMP_CHOICES:
         raise TrainError(f"unknown --amp {config.amp!r} (expected bf16, fp16 or none)")
     if not config.data and not config.synthetic_data:
@@ -140,3 +169,10 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
                          f"drop one of them")
     if config.workers is not None and config.workers < 0:
         raise TrainError(f"--workers must be >= 0, got {config.workers}")
+    if config.gpu_decode:
+        unsupported = [flag for flag, on in (("--ra-reps", config.ra_reps > 1), ("--val-crop-ratio", config.val_crop_ratio),
+                                             ("--eval-real", config.eval_real)) if on]
+        if unsupported:
+            raise TrainError(f"--gpu-decode's loader does not do {', '.join(unsupported)}; drop one of them")
+    if config.eval_real and config.synthetic_data:
+        raise TrainError("--eval-real needs --data (a val split with the original val keys), not --synthetic-data")

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from imagenet_shards.train.trainer.distributed import DistInfo, all_reduce_sum
 from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
-from imagenet_shards.train.trainer.model import ModelEma
+from imagenet_shards.train.trainer.model import ModelEma, ema_due
 from imagenet_shards.train.trainer.telemetry import MetricsLog, gpu_memory_gib, process_cpu_seconds
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": torch.float32}
@@ -102,16 +102,22 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                     scheduler, scaler, autocast, criterion, info: DistInfo, epoch: int, step: int,
                     ema: ModelEma | None = None, ema_source: torch.nn.Module | None = None,
                     metrics: MetricsLog | None = None, log_interval: int = 50, res: int | None = None,
-                    limit_batches: int | None = None, profiler=None, desc: str = "train") -> EpochStats:
-    """Train over `batches` once (at most `limit_batches` steps).
+                    limit_batches: int | None = None, profiler=None, desc: str = "train",
+                    accumulate: int = 1, ema_every: int = 1, steps_per_epoch: int | None = None) -> EpochStats:
+    """Train over `batches` once (at most `limit_batches` optimizer steps).
 
     Losses stay on the device between log intervals (no per-step host sync); every
     `log_interval` steps one "train_interval" record is written and the bar's postfix updated.
-    `step` is the global optimizer step before this epoch. The batch iterator is closed at the
-    end, also when `limit_batches` ends the epoch early (so the loader stops and counts what it saw).
+    `step` is the global optimizer step before this epoch. With `accumulate` N each optimizer step
+    sums the gradients of N loader batches (each loss divided by N; DDP syncs only on the last).
+    The EMA updates after the optimizer steps `ema_due` picks (every `ema_every`-th of the epoch).
+    The batch iterator is closed at the end, also when `limit_batches` ends the epoch early (so the
+    loader stops and counts what it saw).
     """
     model.train()
-    total = len(batches) if limit_batches is None else min(limit_batches, len(batches))
+    accumulate = max(1, accumulate)
+    total = len(batches) // accumulate if limit_batches is None else min(limit_batches, len(batches) // accumulate)
+    steps_per_epoch = steps_per_epoch or total
     device = info.device
     warmup = min(10, total // 4)  # steps left out of steady_img_per_s
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, seen
@@ -142,34 +148,46 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
         interval = _Interval(device)
 
     it = iter(batches)
+    micro = 0
     try:
         for batch in it:
-            if done == warmup:
+            if done == warmup and micro == 0:
                 _sync(device)
                 steady_start, steady_images = time.perf_counter(), images
-            with autocast():
-                logits = model(batch.images)
-                loss = criterion(logits, batch.targets)
-            optimizer.zero_grad(set_to_none=True)
+            if micro == 0:
+                optimizer.zero_grad(set_to_none=True)
+            micro += 1
+            last_micro = micro == accumulate
+            no_sync = getattr(model, "no_sync", None)
+            with (no_sync() if no_sync is not None and not last_micro else contextlib.nullcontext()):
+                with autocast():
+                    logits = model(batch.images)
+                    loss = criterion(logits, batch.targets)
+                scaled = loss / accumulate if accumulate > 1 else loss
+                if scaler is not None:
+                    scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+            interval.add(loss, logits, batch.labels, batch.wait_s)
+            wait_s += batch.wait_s
+            images += batch.labels.shape[0] * info.world_size
+            if not last_micro:
+                continue
+            micro = 0
             if scaler is not None:
-                scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 found = _found_inf(scaler, optimizer)
                 if found is not None:
                     skipped += found
                 scaler.update()
             else:
-                loss.backward()
                 optimizer.step()
             if scheduler is not None:
                 scheduler.step()
-            if ema is not None:
-                ema.update(ema_source)
+            if ema is not None and ema_due(step + done, epoch=epoch, steps_per_epoch=steps_per_epoch, every=ema_every):
+                ema.update(ema_source, epoch)
             if profiler is not None:
                 profiler.step()
-            interval.add(loss, logits, batch.labels, batch.wait_s)
-            wait_s += batch.wait_s
-            images += batch.labels.shape[0] * info.world_size
             done += 1
             if done == 1:
                 _sync(device)
@@ -203,31 +221,47 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                       amp_skipped_steps=int(skipped.item()) if skipped is not None else None)
 
 
+def tta_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """FFCV's flip test-time augmentation (train_imagenet.py:402-404): the logits of the images plus
+    the logits of their horizontal mirror images (a sum, not a mean: top-k is the same)."""
+    return model(images) + model(torch.flip(images, dims=[3]))
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: DevicePrefetcher, *, autocast, info: DistInfo,
-             desc: str = "val") -> dict:
-    """Exact top-1/top-5 and mean loss over every sample all ranks see.
+             desc: str = "val", tta: bool = False, real=None) -> dict:
+    """Exact top-1/top-5 and mean loss over every sample all ranks see (with `tta`, of
+    `tta_logits`); with `real` (a `real.RealLabels`, batches carrying keys) also ReaL top-1
+    (`real_top1` over the `real_samples` images ReaL labels).
 
     Ranks may run different numbers of batches, so there is no collective per batch: sums of
     (correct@1, correct@5, loss, samples) are reduced once at the end. Pass the unwrapped module,
     not the DDP wrapper (whose forward may sync buffers every call).
     """
+    from imagenet_shards.train.trainer.real import real_hits
     model.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=info.device)  # correct@1, correct@5, loss
+    sums = torch.zeros(5, dtype=torch.float64, device=info.device)  # correct@1, correct@5, loss, ReaL hits, ReaL n
     samples = 0  # on the host: a per-batch host->device copy would sync every batch
     criterion = torch.nn.CrossEntropyLoss(reduction="sum")
     with tqdm(batches, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False) as bar:
         for batch in bar:
             with autocast():
-                logits = model(batch.images)
+                logits = tta_logits(model, batch.images) if tta else model(batch.images)
             logits = logits.float()
             k = min(5, logits.shape[1])
             hits = logits.topk(k, dim=1).indices == batch.labels.view(-1, 1)
+            real_hit = real_n = torch.zeros((), dtype=torch.float64, device=info.device)
+            if real is not None:
+                targets = real.targets(batch.keys).to(info.device, non_blocking=True)
+                real_hit, real_n = real_hits(logits, targets)
             sums += torch.stack([hits[:, 0].sum().double(), hits.any(dim=1).sum().double(),
-                                 criterion(logits, batch.labels).double()])
+                                 criterion(logits, batch.labels).double(), real_hit.double(), real_n.double()])
             samples += batch.labels.shape[0]
     totals = torch.cat([sums, torch.tensor([float(samples)], dtype=torch.float64, device=info.device)])
-    top1, top5, loss, samples = all_reduce_sum(info, totals).tolist()
+    top1, top5, loss, real_hit, real_n, samples = all_reduce_sum(info, totals).tolist()
     samples = int(round(samples))
-    return {"top1": top1 / max(samples, 1), "top5": top5 / max(samples, 1),
-            "loss": loss / max(samples, 1), "samples": samples}
+    result = {"top1": top1 / max(samples, 1), "top5": top5 / max(samples, 1),
+              "loss": loss / max(samples, 1), "samples": samples}
+    if real is not None:
+        result.update(real_top1=real_hit / max(real_n, 1), real_samples=int(round(real_n)))
+    return result

@@ -43,6 +43,7 @@ class DeviceAugment:
     cutmix: float = 0.0
     switch_prob: float = 0.5
     random_erase: float = 0.0
+    erase_fill: str = "noise"  # "noise": N(0,1) per pixel (timm's "pixel" mode); "zero": 0 (torchvision's value=0)
 
     @property
     def mixes(self) -> bool:
@@ -51,12 +52,14 @@ class DeviceAugment:
 
 class DeviceBatch(NamedTuple):
     """images: float [B,3,H,W] in the compute dtype; targets: labels, or soft labels [B,C] when
-    mixed; labels: the original int64 labels (for accuracy); wait_s: seconds blocked on the loader."""
+    mixed; labels: the original int64 labels (for accuracy); wait_s: seconds blocked on the loader;
+    keys: the samples' keys when the loader hands them over (eval with ReaL labels), else None."""
 
     images: torch.Tensor
     targets: torch.Tensor
     labels: torch.Tensor
     wait_s: float
+    keys: tuple | None = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,10 +72,13 @@ def _channel_stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 def normalize(images: torch.Tensor, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
     """uint8 [B,3,H,W] -> (x/255 - mean)/std in `dtype` (arithmetic in float32)."""
     mean, inv_std = _channel_stats(images.device)
-    x = images.float().sub_(mean).mul_(inv_std)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x.to(dtype)
+    return to_model_layout(images.float().sub_(mean).mul_(inv_std), dtype, channels_last)
+
+
+def to_model_layout(x: torch.Tensor, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    """`x` in the compute dtype and memory format in one pass (a layout change then a cast would
+    read and write the batch twice); `x` itself when both already hold."""
+    return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.preserve_format)
 
 
 def cutmix_box(height: int, width: int, lam: float, rng: np.random.Generator) -> tuple[int, int, int, int]:
@@ -127,8 +133,9 @@ def erase_boxes(batch: int, height: int, width: int, prob: float,
     return boxes
 
 
-def random_erase(x: torch.Tensor, boxes: np.ndarray, generator: torch.Generator) -> torch.Tensor:
-    """Fill each sample's box with per-pixel N(0,1) noise (timm's "pixel" mode, normalized space)."""
+def random_erase(x: torch.Tensor, boxes: np.ndarray, generator: torch.Generator, fill: str = "noise") -> torch.Tensor:
+    """Fill each sample's box with per-pixel N(0,1) noise (timm's "pixel" mode, normalized space), or
+    with 0 (`fill="zero"`: torchvision's RandomErasing default value, the mean after normalization)."""
     if not (boxes[:, 2] > 0).any():
         return x
     b, _, h, w = x.shape
@@ -141,6 +148,8 @@ def random_erase(x: torch.Tensor, boxes: np.ndarray, generator: torch.Generator)
     y0, x0 = bx[:, 0].view(b, 1, 1), bx[:, 1].view(b, 1, 1)
     y1, x1 = y0 + bx[:, 2].view(b, 1, 1), x0 + bx[:, 3].view(b, 1, 1)
     mask = ((rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)).unsqueeze(1)
+    if fill == "zero":
+        return x.masked_fill(mask, 0.0)
     noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=torch.float32)
     return torch.where(mask, noise.to(x.dtype), x)
 
@@ -205,14 +214,14 @@ class DevicePrefetcher:
         x = normalize(images, torch.float32, False)
         targets = labels
         aug = self.aug
-        if aug is not None and aug.mixes:
-            x, targets = mix_batch(x, labels, aug, self.rng)
+        # erasing is a per-sample transform, so it comes before the batch is mixed (torchvision's
+        # presets erase in the dataset transform and mix in collate_fn; timm's loader does the same)
         if aug is not None and aug.random_erase > 0:
             boxes = erase_boxes(x.shape[0], x.shape[2], x.shape[3], aug.random_erase, self.rng)
-            x = random_erase(x, boxes, self.generator)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x.to(self.dtype), targets, labels
+            x = random_erase(x, boxes, self.generator, aug.erase_fill)
+        if aug is not None and aug.mixes:
+            x, targets = mix_batch(x, labels, aug, self.rng)
+        return to_model_layout(x, self.dtype, self.channels_last), targets, labels
 
     def _fetch(self, it: Iterator) -> tuple | None:
         # On CUDA this runs on the side stream: a loader that hands over device tensors made on a
@@ -220,13 +229,13 @@ class DevicePrefetcher:
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
             t0 = time.perf_counter()
             try:
-                images, labels = next(it)
+                images, labels, *keys = next(it)  # (images, labels[, keys])
             except StopIteration:
                 return None
             except Exception as e:  # from the loader's workers: one line, not a worker traceback
                 raise LoaderError(error_line(e)) from e
             wait = time.perf_counter() - t0
-            return (*self._prepare(images, labels), wait)
+            return (*self._prepare(images, labels), wait, keys[0] if keys else None)
 
     def __iter__(self) -> Iterator[DeviceBatch]:
         it = iter(self.loader)

@@ -9,6 +9,8 @@ evaluate (model, then EMA) -> metrics record -> checkpoint-latest (and -best).
 from __future__ import annotations
 
 import contextlib
+import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -21,8 +23,11 @@ from imagenet_shards.train.trainer.build import Parts, batch_bytes, build, read_
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError, check_flags, local_paths, resolve
 from imagenet_shards.train.trainer.distributed import DistInfo, average_buffers, gather_objects, init_distributed, print0
 from imagenet_shards.train.trainer.engine import AMP_DTYPES, EpochStats, evaluate, make_autocast, train_one_epoch
+from imagenet_shards.train.trainer.loss import make_criterion
+from imagenet_shards.train.trainer.memory import MemoryWatch, epoch_memory
+from imagenet_shards.train.trainer.real import RealLabelsError
 from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher, LoaderError
-from imagenet_shards.train.trainer.schedule import default_ramp, resolution_at
+from imagenet_shards.train.trainer.schedule import run_resolution
 from imagenet_shards.train.trainer.telemetry import MetricsLog, gpu_memory_gib, make_profiler, process_memory
 
 __all__ = ["TrainConfig", "TrainError", "train"]
@@ -46,11 +51,12 @@ def _describe(result: dict) -> str:
 
 
 def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> None:
-    """Shards present with their recorded sizes, and room in /dev/shm, on every node; all ranks
-    stop together with the first problem any node found (TrainError), before the first step."""
-    problem = None
-    if manifest is not None and info.local_rank == 0:  # one check per node (nodes may hold own copies)
-        splits = ["val"] if config.eval_only else ["train", "val"]
+    """A run folder rank 0 can write, shards present with their recorded sizes, and room in
+    /dev/shm, on every node; all ranks stop together with the first problem any node found
+    (TrainError), before the first step."""
+    problem = ckpt.out_problem(config.out) if info.is_main else None
+    if problem is None and manifest is not None and info.local_rank == 0:  # one check per node (own copies)
+        splits = ["val"] if config.eval_only else ["train"] if config.no_val else ["train", "val"]
         shards = preflight.listed_shards(manifest, config.data, splits)
         try:
             found = preflight.shard_problems(shards)
@@ -59,11 +65,28 @@ def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> N
         else:
             problem = preflight.describe(found, len(shards), config.data) if found else None
     if problem is None and manifest is not None:
+        val = batch_bytes(config, manifest, "val") if "val" in manifest["splits"] else 0
         problem = host.shm_error(free=host.shm_free_bytes(), workers=config.workers,
-                                 batch_bytes=batch_bytes(config, manifest), local_ranks=info.local_world_size)
+                                 batch_bytes=batch_bytes(config, manifest), local_ranks=info.local_world_size,
+                                 val_batch_bytes=val)
     problems = [p for p in gather_objects(info, problem) if p]
     if problems:
         raise TrainError(problems[0])
+
+
+def _recipe_record(config: TrainConfig, info: DistInfo, out: Path, parts: Parts, num_train: int) -> dict:
+    """The start record's recipe fields; with --recipe, RUN_DIR/recipe.json (what --show prints,
+    resolved for this run's world size and data) written by rank 0."""
+    if not config.recipe:
+        return {}
+    from imagenet_shards.train.recipes import describe
+    from imagenet_shards.pipeline.storage.atomic import write_atomic
+    resolved = describe(config, world_size=info.world_size, num_train=num_train,
+                        steps_per_epoch=parts.steps_per_epoch)
+    if info.is_main:
+        write_atomic(out / "recipe.json", (json.dumps(resolved, indent=1, sort_keys=True) + "\n").encode())
+    return {"recipe": config.recipe, "recipe_overrides": config.recipe_overrides,
+            "recipe_scaling": config.recipe_scaling}
 
 
 def _loader_stats(loader) -> dict:
@@ -82,58 +105,84 @@ def train(config: TrainConfig) -> dict:
     if config.data and config.storage_option:
         storage.apply_storage_options(config.data, config.storage_option)
     try:
-        info = init_distributed(config.device)
+        info = init_distributed(config.device, backend=config.dist_backend)
     except (RuntimeError, ValueError) as e:
         raise TrainError(str(e)) from None
     config, notes = resolve(config, info)
     if info.device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed shapes per epoch: autotune the convolutions
-        torch.set_float32_matmul_precision("high")  # TF32 where --amp none
+        if config.amp == "none":  # TF32 where --amp none; not under AMP (the --gpu-decode crop's matmuls stay fp32)
+            torch.set_float32_matmul_precision("high")
     check_flags(config, info)
     manifest, num_classes, num_train = read_dataset(config)
     _check_data(config, info, None if config.synthetic_data else manifest)
+    real = _real_labels(config, manifest)
     if not config.synthetic_data:
-        for note in notes:
-            print0(info, note)
+        for note in notes + [host.workers_note(config.workers, host.usable_cores(), info.local_world_size)]:
+            if note:
+                print0(info, note)
     out = Path(config.out)
     if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # out_problem found it writable a moment ago
+            raise TrainError(f"cannot create --out {out}: {e.strerror or e}") from None
     state, state_path = ckpt.resume_state(config, num_classes)
     start_epoch = state["epoch"] if state else 0
-    ramp = tuple(config.ramp_epochs) if config.ramp_epochs else default_ramp(config.epochs)
 
     def res_at(epoch: int) -> int:
-        return resolution_at(epoch, start_res=config.res, end_res=config.end_res, ramp=ramp)
+        return run_resolution(config, epoch)
 
-    parts = build(config, info, num_classes, num_train, res_at(start_epoch))
-    step, best_top1 = 0, None
-    if state is not None:
-        step = ckpt.restore(parts, state, state_path, config, info)
-        best_top1 = state.get("best_top1")
-        print0(info, f"resumed from {state_path} at epoch {start_epoch} (step {step})")
-    elif config.resume == "auto":
-        print0(info, f"--resume auto: no {out / ckpt.LATEST} yet, starting from scratch")
+    with warnings.catch_warnings():  # said once above (host.workers_note), not per loader, epoch and rank
+        warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes",
+                                category=UserWarning)
+        parts = build(config, info, num_classes, num_train, res_at(start_epoch))
+        step, best_top1 = 0, None
+        if state is not None:
+            step = ckpt.restore(parts, state, state_path, config, info)
+            best_top1 = state.get("best_top1")
+            print0(info, f"resumed from {state_path} at epoch {start_epoch} (step {step})")
+        elif config.resume == "auto":
+            print0(info, f"--resume auto: no {out / ckpt.LATEST} yet, starting from scratch")
+        try:
+            return _run(config, info, parts, start_epoch=start_epoch, step=step, best_top1=best_top1,
+                        res_at=res_at, real=real, num_train=num_train)
+        except LoaderError as e:
+            hint = "" if "audit-shards" in str(e) else f"; run audit-shards {storage.redact(config.data)}"
+            raise TrainError(f"{e}{hint}") from None
+
+
+def _real_labels(config: TrainConfig, manifest: dict | None):
+    """The ReaL table for --eval-real, once the shard set is known to fit it (TrainError if not)."""
+    if not config.eval_real:
+        return None
+    from imagenet_shards.train.trainer import real
     try:
-        return _run(config, info, parts, start_epoch=start_epoch, step=step, best_top1=best_top1,
-                    res_at=res_at)
-    except LoaderError as e:
-        hint = "" if "audit-shards" in str(e) else f"; run audit-shards {storage.redact(config.data)}"
-        raise TrainError(f"{e}{hint}") from None
+        real.check_shard_set(config.data, manifest)
+        return real.RealLabels()
+    except real.RealLabelsError as e:
+        raise TrainError(str(e)) from None
+
+
+def _eval_due(config: TrainConfig, epoch: int) -> bool:
+    """--eval-every N: after every N-th epoch (0: none but the last), and always after the last."""
+    return epoch + 1 == config.epochs or (config.eval_every > 0 and (epoch + 1) % config.eval_every == 0)
 
 
 def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int, step: int,
-         best_top1: float | None, res_at) -> dict:
+         best_top1: float | None, res_at, real=None, num_train: int = 0) -> dict:
     out = Path(config.out)
     dtype = AMP_DTYPES[config.amp]
     augment = DeviceAugment(num_classes=parts.num_classes, mixup=config.mixup, cutmix=config.cutmix,
-                            random_erase=config.random_erase)
+                            random_erase=config.random_erase, erase_fill=config.random_erase_fill)
     train_batches = DevicePrefetcher(parts.train_loader, info.device, dtype=dtype,
                                      channels_last=config.channels_last, aug=augment, seed=config.seed,
                                      rank=info.rank)
     val_batches = None if parts.val_loader is None else DevicePrefetcher(
         parts.val_loader, info.device, dtype=dtype, channels_last=config.channels_last, aug=None)
     autocast = make_autocast(config.amp, info.device)
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+    criterion = make_criterion(config.loss, label_smoothing=config.label_smoothing,
+                               bce_target_threshold=config.bce_target_thresh)
     print0(info, f"{config.arch} on {info.device} x{info.world_size}: {parts.num_classes} classes, global batch "
                  f"{config.batch_size * info.world_size}, lr {parts.lr:.4g} (warmup {config.warmup_epochs:g} "
                  f"epochs), {parts.steps_per_epoch} steps/epoch, amp {config.amp}, channels_last "
@@ -143,16 +192,30 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
         if val_batches is None:
             return {}
         val_batches.set_epoch(epoch)
-        result = {f"val_{k}": v for k, v in evaluate(parts.raw, val_batches, autocast=autocast, info=info).items()}
-        if parts.ema is not None:
-            result.update({f"ema_val_{k}": v for k, v in evaluate(parts.ema.module, val_batches, autocast=autocast,
-                                                                   info=info, desc="val ema").items()})
+        kw = dict(autocast=autocast, info=info, tta=config.tta, real=real)
+        try:
+            result = {f"val_{k}": v for k, v in evaluate(parts.raw, val_batches, **kw).items()}
+            if parts.ema is not None:
+                result.update({f"ema_val_{k}": v for k, v in evaluate(parts.ema.module, val_batches, desc="val ema",
+                                                                       **kw).items()})
+        except RealLabelsError as e:  # a val key the start-up check (first key only) did not see
+            raise TrainError(str(e)) from None
         return result
 
+    if config.recipe:
+        sc = config.recipe_scaling
+        hint = sc.get("to_keep_source_global_batch")
+        print0(info, f"recipe {config.recipe}: source {sc.get('source_world_size')} GPU(s) x {sc.get('source_batch_per_gpu')}"
+                     f" = {sc.get('source_global_batch')}, lr {sc.get('source_lr'):.4g}; this run {info.world_size} x "
+                     f"{config.batch_size} x {config.accumulate} = {sc.get('global_batch')}, lr {parts.lr:.4g} "
+                     f"({sc.get('how')})" + (f"; for the source's global batch: {hint}" if hint else "")
+                     + (f"; overrides: {', '.join(sorted(config.recipe_overrides))}" if config.recipe_overrides else ""))
     metrics = MetricsLog(out, enabled=info.is_main)
     cores_per_rank = max(1, host.usable_cores() // max(1, info.local_world_size))
     metrics.log("start", workers=config.workers, world_size=info.world_size, cores_per_rank=cores_per_rank,
-                batch_size=config.batch_size, arch=config.arch, device=info.device.type)
+                batch_size=config.batch_size, arch=config.arch, device=info.device.type,
+                global_batch=config.batch_size * info.world_size * config.accumulate, lr_peak=parts.lr,
+                **_recipe_record(config, info, out, parts, num_train))
     print0(info, f"metrics: {out / 'metrics.jsonl'}; " + (
         f"TensorBoard events: {metrics.tensorboard_dir} (tensorboard --logdir {out})" if metrics.tensorboard_dir
         else "TensorBoard events: off (pip install -e '.[tensorboard]' to write them)")
@@ -167,6 +230,7 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
         last: EpochStats | None = None
         res = res_at(start_epoch)
         profiler = make_profiler(config.profile, out / "profile", info.rank, info.device.type == "cuda")
+        memory_watch = MemoryWatch()
         end_epoch = config.epochs
         if config.stop_after_epochs:
             end_epoch = min(end_epoch, start_epoch + config.stop_after_epochs)
@@ -181,9 +245,11 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                     scaler=parts.scaler, autocast=autocast, criterion=criterion, info=info, epoch=epoch,
                     step=step, ema=parts.ema, ema_source=parts.raw, metrics=metrics,
                     log_interval=config.log_interval, res=res, limit_batches=config.limit_batches,
-                    profiler=profiler if profiling else None, desc=f"epoch {epoch + 1}/{config.epochs}")
+                    profiler=profiler if profiling else None, desc=f"epoch {epoch + 1}/{config.epochs}",
+                    accumulate=config.accumulate, ema_every=config.ema_every, steps_per_epoch=parts.steps_per_epoch)
             step += last.steps
             loader = _loader_stats(parts.train_loader)
+            memory = epoch_memory()
             average_buffers(info, parts.raw)
             if parts.ema is not None:
                 average_buffers(info, parts.ema.module)
@@ -192,12 +258,16 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                           steady_img_per_s=last.steady_img_per_s, data_wait_fraction=last.data_wait_fraction,
                           epoch_seconds=last.seconds, first_step_seconds=last.first_step_seconds,
                           main_cpu_fraction=last.main_cpu_fraction, gpu_mem_gib=gpu_memory_gib(info.device),
-                          **process_memory(), bad_samples=loader.get("bad_samples"), loader=loader,
+                          **process_memory(), **memory, bad_samples=loader.get("bad_samples"), loader=loader,
                           **({"amp_scale": last.amp_scale, "amp_skipped_steps": last.amp_skipped_steps}
                              if last.amp_scale is not None else {}),
-                          **run_eval(epoch))
+                          **(run_eval(epoch) if _eval_due(config, epoch) else {}))
             metrics.log("epoch", **result)
             print0(info, f"epoch {epoch + 1}/{config.epochs} " + _describe(result))
+            growth = memory_watch.observe(epoch, memory)
+            if growth:
+                metrics.log("memory_warning", epoch=epoch, step=step, line=growth)
+                print0(info, growth)
             if not config.synthetic_data:
                 best_top1 = ckpt.save(config, info, parts, epoch + 1, step, result, best_top1)
         result["weights_sha256"] = ckpt.state_dict_sha256(parts.raw)

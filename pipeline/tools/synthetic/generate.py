@@ -35,9 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.tools.synthetic.archives import add_member, devkit_bytes, kaggle_solution, tar_bytes
+from imagenet_shards.pipeline.tools.synthetic.full_imagenet import FULL_LAYOUTS, generate_full
 from imagenet_shards.pipeline.tools.synthetic.hf import write_hf_layouts
 from imagenet_shards.pipeline.tools.synthetic.images import (PHOTO_PROGRESSIVE_FRACTION, PHOTO_QUALITY, class_styles,
                                                              imagenet_like_size, photo_bytes)
@@ -109,7 +112,7 @@ def _check_args(classes: int, train_per_class: int, val_per_class: int, quirks: 
     unknown = [name for name in layouts if name not in LAYOUTS]
     if unknown or not layouts:
         raise ValueError(f"unknown or no --layout {','.join(unknown) or '(empty)'}: "
-                         f"choose from {','.join(LAYOUTS)}")
+                         f"choose from {','.join(LAYOUTS)} (or, on their own, {','.join(FULL_LAYOUTS)})")
     if set(layouts) & set(HF_LAYOUTS) and "ilsvrc" not in layouts:
         raise ValueError("the hf-targz and hf-parquet layouts are written from the ilsvrc archives: add ilsvrc "
                          "to --layout")
@@ -238,7 +241,7 @@ def _counts(samples: list[dict]) -> dict:
 # ---- CLI ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="make-synthetic-imagenet",
         description="Write a small fake ILSVRC2012 (train tar of class tars, flat val tar, devkit) "
                     "with learnable procedural images of real ImageNet-1k classes, the real "
@@ -246,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Same arguments give byte-identical files.",
         epilog="example: make-synthetic-imagenet /tmp/fake-imagenet --classes 10 "
                "--train-per-class 50 --val-per-class 10 --layout ilsvrc,imagefolder")
-    parser.add_argument("out", type=Path, help="output directory (new, empty, or an earlier run's)")
+    parser.add_argument("out", help="output directory (new, empty, or an earlier run's; a local path)")
     parser.add_argument("--classes", type=int, default=10, help="number of classes (default 10; >= 4 with quirks)")
     parser.add_argument("--train-per-class", type=int, default=50, help="train images per class (default 50)")
     parser.add_argument("--val-per-class", type=int, default=10, help="val images per class (default 10)")
@@ -259,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "LOC_val_solution.csv + flat val/), classtars (OUT/train_class_tars/"
                              "WNID.tar), hf-targz (OUT/hf/data/*.tar.gz) and hf-parquet (OUT/hf-parquet/data/"
                              "*.parquet), the Hugging Face ILSVRC/imagenet-1k forms of the same images (need "
-                             "ilsvrc; parquet needs pyarrow); default ilsvrc")
+                             "ilsvrc; parquet needs pyarrow); or the full-ImageNet releases, on their own: fall11 "
+                             "(OUT/fall11_whole.tar of per-synset tars) and winter21 (OUT/winter21_whole.tar.gz), "
+                             "--classes WNIDs spread over every label space; default ilsvrc")
     parser.add_argument("--imagenet-like", action="store_true",
                         help="clean images with ImageNet's bytes per pixel (~0.6 at q75..95), size spread (~17%% "
                              "over 500 px, a few up to 4000 px) and ~2%% progressive JPEGs: the set for speed "
@@ -270,8 +275,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if storage.is_remote(args.out):  # it would write ./s3:/bucket/... otherwise
+        print(f"error: OUT takes a local path, not a URL ({storage.redact(args.out)}): generate here, then copy",
+              file=sys.stderr)
+        return 2
+    args.out = Path(storage.local_path(args.out))
     layouts = tuple(s.strip() for s in args.layout.split(",") if s.strip())
     start = time.perf_counter()
+    if layouts and set(layouts) <= set(FULL_LAYOUTS):
+        try:
+            expected = generate_full(args.out, classes=args.classes, per_class=args.train_per_class, seed=args.seed,
+                                     layouts=layouts)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {len(expected['classes'])} classes, {len(expected['samples'])} images as {','.join(layouts)} "
+              f"to {args.out} in {time.perf_counter() - start:.1f}s")
+        return 0
     try:
         expected = generate(args.out, classes=args.classes, train_per_class=args.train_per_class,
                             val_per_class=args.val_per_class, seed=args.seed, quirks=args.quirks,

@@ -175,6 +175,20 @@ def test_truncated_shard(data):
     assert "class_count" not in kinds(r)  # the shard problems already explain the missing samples
 
 
+@pytest.mark.parametrize("where", ["appended", "inside the zero padding"])
+def test_bytes_after_the_end_marker_do_not_drop_the_last_sample_from_the_count(data, where):
+    path = shard_path(data)
+    raw = bytearray(path.read_bytes())
+    assert raw[-1024:] == bytes(1024)  # the tar ends with zero blocks: the end-of-archive marker and padding
+    if where == "appended":
+        raw += b"garbage"
+    else:
+        raw[-100:-93] = b"garbage"
+    path.write_bytes(bytes(raw))
+    r = audit(data, workers=1, progress=False)
+    assert kinds(r) == {"tar_trailing_garbage", "shard_sha256"} | ({"shard_size"} if where == "appended" else set())
+
+
 def test_missing_shard(data):
     path = shard_path(data, "val", 0)
     path.unlink()
@@ -444,6 +458,24 @@ def test_expect_allows_for_recorded_rejects():
                                                                                       "expect_class_count"]
     assert [p.kind for p in check_expect(m, facts, wnids, ["train", "val"], "imagenet-1k")][0] == \
         "expect_split_missing"
+
+
+def test_expect_counts_skipped_images_like_rejected_ones_but_not_names_that_are_never_images():
+    facts = imagenet_1k_facts()
+    wnids = [c.wnid for c in imagenet_1k_classes()]
+    counts = {w: 50 for w in wnids}
+    counts[wnids[7]] = 49
+    skip = {"split": "val", "key": "ILSVRC2012_val_00000042", "source": "ILSVRC2012_img_val.tar/ILSVRC2012_val_00000042.JPEG",
+            "reason": "not_an_image"}  # an image file whose bytes are no image any more
+    m = {"classes": [{"index": i, "wnid": w, "name": w} for i, w in enumerate(wnids)],
+         "splits": {"val": {"num_samples": 49999, "class_counts": counts}}, "rejected": [], "skipped": [skip]}
+    assert check_expect(m, facts, wnids, ["val"], "imagenet-1k") == []
+    junk = {**skip, "key": "__ILSVRC2012_val_00000042", "source": "ILSVRC2012_img_val.tar/._ILSVRC2012_val_00000042.JPEG"}
+    m["skipped"] = [junk]  # macOS's AppleDouble companion: not an image of the dataset
+    assert [p.kind for p in check_expect(m, facts, wnids, ["val"], "imagenet-1k")] == ["expect_count",
+                                                                                      "expect_class_count"]
+    m["splits"]["val"] = {"num_samples": 50000, "class_counts": {w: 50 for w in wnids}}
+    assert check_expect(m, facts, wnids, ["val"], "imagenet-1k") == []  # ... and it makes no image too many
 
 
 def test_storage_local_and_file_url(tmp_path):

@@ -15,6 +15,7 @@ import webdataset as wds
 from imagenet_shards.pipeline.audit.expect import check_expect, load_expect
 from imagenet_shards.pipeline.audit.run import audit
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
+from imagenet_shards.pipeline.format.keys import junk_name
 from imagenet_shards.pipeline.format.subset import fraction_count, names_sha256
 from imagenet_shards.pipeline.prepare.cli import main as prepare_main
 from imagenet_shards.pipeline.prepare.config import Config, ConfigError
@@ -71,6 +72,20 @@ def test_per_class_and_fraction_are_stratified_seeded_and_nested():
     assert select_members("val", val, {"n01443537"}, seed=0) == [val[1]]
     test = [Member("ILSVRC2012_test_00000001", "t.JPEG", None, "t.tar", 0, 1, "t")]
     assert select_members("test", test, {"n01443537"}, seed=0) == test  # unlabeled: kept whole
+
+
+def test_names_that_are_never_images_are_never_drawn():
+    """A class tar copied through macOS holds `._*` companions (and folders a `.DS_Store`, a `Thumbs.db`):
+    --per-class N and --fraction draw among the images, so no junk member takes an image's place."""
+    members = members_of({"n01440764": 6})
+    junk = [Member(k, name, "n01440764", "x.tar", 0, 1, f"n01440764.tar/{name}")
+            for k, name in (("__n01440764_0", "._n01440764_0.JPEG"), ("_DS_Store", ".DS_Store"), ("Thumbs", "Thumbs.db"))]
+    for seed in range(8):
+        drawn = select_members("train", junk + members, None, seed=seed, per_class=5)
+        assert len(drawn) == 5 and not set(drawn) & set(junk)
+        assert drawn == select_members("train", members, None, seed=seed, per_class=5)  # as if they were not there
+        assert select_members("train", junk + members, None, seed=seed, fraction=0.5) == \
+            select_members("train", members, None, seed=seed, fraction=0.5)  # 3 of the 6 images, not 5 of 9 members
 
 
 @pytest.mark.parametrize("n,fraction,want", [(1300, 0.1, 130), (1300, 0.01, 13), (732, 0.01, 7), (10, 0.25, 3),
@@ -236,7 +251,7 @@ def test_fraction_and_train_list_end_to_end(archives, tmp_path):
     assert len(m["classes"]) == CLASSES and "imagenet_1k_index" not in m["classes"][0]  # the label space is kept
     assert all("label_1k" not in json.loads(s["json"]) for s in read_samples(out, "train"))
     assert m["splits"]["val"]["excluded_by_subset"] == 0
-    train = [s for s in expected["samples"] if s["split"] == "train"]
+    train = [s for s in expected["samples"] if s["split"] == "train" and not junk_name(s["key"])]  # drawable
     drawn = Counter(m["splits"]["train"]["class_counts"])  # each drawn member: a sample, a reject or a skip
     drawn.update(r["source"].split(".tar/")[0] for r in m["rejected"] + m["skipped"] if r["split"] == "train")
     assert drawn == {w: fraction_count(n, 0.5) for w, n in Counter(s["wnid"] for s in train).items()}
@@ -313,6 +328,40 @@ def test_check_expect_on_subset_records():
     problems = check_expect(m, facts, reference, ["train", "val"], "imagenet-1k")
     assert [p.kind for p in problems] == ["expect_classes", "expect_count", "expect_class_count"]
     assert "n01443537 7 (is 1)" in problems[0].detail and "n01440764 14 (at most 13)" in problems[2].detail
+
+
+def test_a_prepared_per_class_subset_passes_its_own_audit_and_names_its_short_classes(tmp_path, capsys):
+    """The quirk classes at ImageNet's val shape: one class tar holds an AppleDouble `._*` member, two
+    classes an image that is rejected (truncated, empty). Every class gets its N images but those
+    two, which the summary and the manifest name with the reason; audit --expect imagenet-1k passes."""
+    src = tmp_path / "src"
+    generate(src, classes=4, train_per_class=9, val_per_class=50, seed=2, quirks=True, progress=False)
+    expected = json.loads((src / "expected.json").read_text())
+    train = [s for s in expected["samples"] if s["split"] == "train"]
+    junk_class = next(s["wnid"] for s in train if junk_name(s["key"]))
+    failing = {s["wnid"]: s["reason"] for s in train if s["expect"] == "reject"}
+    out = tmp_path / "out"
+    args = ["--train", str(src / "ILSVRC2012_img_train.tar"), "--val", str(src / "ILSVRC2012_img_val.tar"),
+            "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"), "--out", str(out), "--resize", "longer:64",
+            "--workers", "1", "--classes", "4", "--per-class", "9"]
+    assert prepare_main(args) == 0
+    summary = capsys.readouterr().out
+    m = manifest_of(out)
+    s = m["splits"]["train"]
+    assert not [x for x in m["skipped"] if x["split"] == "train"]  # the `._*` member of junk_class was not drawn
+    assert s["short_classes"] == {w: {"drawn": 9, "samples": 8, "reasons": {reason: 1}} for w, reason in failing.items()}
+    assert {w: n for w, n in s["class_counts"].items() if w not in failing} == \
+        {w: 9 for w in expected["classes"] if w not in failing}
+    assert junk_class in failing  # it is short, but because of its rejected image, not its `._*` member
+    assert f"train: 2 classes short of what was drawn: " + ", ".join(
+        f"{w} 8 of 9 ({reason} 1)" for w, reason in sorted(failing.items())) in summary
+    report = audit(out, workers=1, progress=False, expect="imagenet-1k")
+    assert report.ok, [p.detail for p in report.errors]
+    m["splits"]["train"]["short_classes"][junk_class]["samples"] = 9  # the record must agree with the counts
+    (out / "manifest.json").write_text(json.dumps(m))
+    details = [p.detail for p in audit(out, workers=1, progress=False).errors if p.kind == "manifest_inconsistent"]
+    assert details == [f"splits.train.short_classes: {junk_class}: 9 samples of 9 drawn with 1 failed, but class_counts "
+                       "has 8"]
 
 
 @pytest.mark.timeout(300)

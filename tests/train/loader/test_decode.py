@@ -401,7 +401,7 @@ def test_aug_names_are_the_one_list():
     """AUG_NAMES (what train-imagenet --aug offers) is exactly what make_aug accepts."""
     assert dec.AUG_NAMES[0] == "none" and dec.make_aug("none") is None and dec.make_aug(None) is None
     assert all(callable(dec.make_aug(name)) for name in dec.AUG_NAMES[1:])
-    with pytest.raises(ValueError, match="choose one of none, ra, ta, aa, jitter"):
+    with pytest.raises(ValueError, match="choose one of none, ra, ta, ta_wide, aa, jitter"):
         dec.make_aug("cutmix")
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import tarfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.fixtures.loader import index_of, key_index, sample_key, write_shard_set
+from tests.fixtures.loader import index_of, key_index, run_gloo_ranks, sample_key, write_shard_set
 from imagenet_shards.train import loader as D
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -359,43 +358,30 @@ def test_importing_the_loader_is_light():
 
 # ----------------------------------------------------------------------------- real DDP (2 gloo ranks)
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ddp_rank(rank, world, port, data, outdir):
+def _ddp_rank(rank, world, data, outdir):
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        result = {}
-        for split in ("train", "val"):
-            ld = loader(data, split, rank=rank, world_size=world, workers=2, seed=9)
-            idx, steps = [], 0
-            for images, labels in ld:
-                idx += [index_of(img) for img in images]
-                # what a DDP step does: a collective per batch; a rank running dry would hang here
-                t = torch.ones(1)
-                dist.all_reduce(t)
-                steps += 1
-            gathered = [None] * world
-            dist.all_gather_object(gathered, (steps, idx))
-            result[split] = gathered
-        if rank == 0:
-            Path(outdir, "result.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+    result = {}
+    for split in ("train", "val"):
+        ld = loader(data, split, rank=rank, world_size=world, workers=2, seed=9)
+        idx, steps = [], 0
+        for images, labels in ld:
+            idx += [index_of(img) for img in images]
+            # what a DDP step does: a collective per batch; a rank running dry would hang here
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            steps += 1
+        gathered = [None] * world
+        dist.all_gather_object(gathered, (steps, idx))
+        result[split] = gathered
+    if rank == 0:
+        Path(outdir, "result.json").write_text(json.dumps(result))
 
 
 @pytest.mark.timeout(180)
 def test_real_ddp_two_gloo_ranks(sets, tmp_path):
-    import torch.multiprocessing as mp
     # train: 7 shards, 50 samples, 2 ranks x 2 workers; val: unequal batch counts are fine, but this
     # set gives equal ones (25 per rank), so the per-batch all_reduce cannot hang either
-    # fork: the ranks inherit the imported torch instead of re-importing it (no CUDA here)
-    mp.start_processes(_ddp_rank, args=(2, _free_port(), sets[7], str(tmp_path)), nprocs=2, join=True,
-                       start_method="fork")
+    run_gloo_ranks(_ddp_rank, 2, sets[7], str(tmp_path))
     result = json.loads((tmp_path / "result.json").read_text())
     steps = [s for s, _ in result["train"]]
     assert steps == [(N // 2) // B] * 2

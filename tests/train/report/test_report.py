@@ -4,6 +4,7 @@ one-page report of a real short CPU run has its panels, and the verdict logic on
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -124,11 +125,12 @@ def test_report_png_has_its_panels_and_the_verdict(run_dir, tmp_path, capsys):
     img = np.asarray(Image.open(out).convert("L"))
     assert img.shape == (PAGE_INCHES[1] * DPI, PAGE_INCHES[0] * DPI)
     h, w = img.shape
-    # six cells in a 3x2 grid; each plot cell has dark pixels (axes, curves, text) beyond a blank page
+    # six plot cells (3 rows x 2) above the summary row; each has dark pixels (axes, curves, text)
     for row in range(3):
         for col in range(2):
-            cell = img[row * h // 3 + 20:(row + 1) * h // 3 - 20, col * w // 2 + 20:(col + 1) * w // 2 - 20]
+            cell = img[row * h // 4 + 20:(row + 1) * h // 4 - 20, col * w // 2 + 20:(col + 1) * w // 2 - 20]
             assert (cell < 128).mean() > 0.01, (row, col)
+    assert (img[3 * h // 4 + 20:h - 20] < 128).mean() > 0.005  # the summary and the verdict
 
 
 def test_report_of_a_remote_run_folder(run_dir, tmp_path, capsys):
@@ -142,9 +144,28 @@ def test_report_of_a_remote_run_folder(run_dir, tmp_path, capsys):
         assert report_main([base, "--out", str(tmp_path / "remote.png"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["line"] == want and (tmp_path / "remote.png").stat().st_size > 10_000
     assert report_main([str(run_dir), "--out", "s3://bucket/report.png"]) == 2  # --out is local only
+    assert report_main([str(run_dir), "--out", f"file://{tmp_path}/file-url.png"]) == 0  # file:// is a local path
+    assert (tmp_path / "file-url.png").stat().st_size > 10_000
 
 
 def test_report_of_a_folder_without_metrics_is_a_one_line_error(tmp_path, capsys):
     assert report_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no metrics.jsonl") and err.count("\n") == 1
+
+
+def test_docs_training_md_names_every_record_kind_and_field_of_a_run(run_dir):
+    """docs/training.md's metrics.jsonl table against a real run's records (with --measure-ceiling,
+    so every kind but `eval` is written): each kind is a row, each field is named in its row."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "training.md").read_text()
+    table = text[text.index("| kind | fields |"):].split("\n\n", 1)[0].splitlines()[2:]
+    rows = {re.match(r"\| `(\w+)`", line).group(1): line for line in table}
+    records = read_run(str(run_dir))
+    epoch_fields = {k for r in records if r["kind"] == "epoch" for k in r}
+    for r in records:
+        assert r["kind"] in rows, r["kind"]
+        named = set(re.findall(r"[a-z][a-z0-9_]*", rows[r["kind"]]))
+        if r["kind"] == "final":  # "the last epoch record plus ..."
+            named |= epoch_fields
+        missing = sorted(set(r) - named - {"kind", "time"})
+        assert not missing, f"{r['kind']}: {missing} are not in docs/training.md's metrics table"

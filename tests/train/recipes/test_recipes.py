@@ -1,0 +1,239 @@
+"""The recipe records against their sources: every number restated here from the source file (cited
+beside it), the lr at chosen steps against the source's own formula (FFCV's code re-typed with
+numpy; torchvision's and timm's schedules through torch's schedulers and timm's formula), FFCV's
+resolution ramp, --show for every recipe, overrides, world-size scaling, unknown names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from imagenet_shards.train.recipes import RECIPES, adjusted_ema_decay, describe, get_recipe
+from imagenet_shards.train.trainer.cli import config_from_argv, main
+from imagenet_shards.train.trainer.schedule import schedule_for
+
+N = 1281167  # ImageNet-1k train images: what --show assumes
+
+# ----------------------------------------------------------------------------- FFCV (libffcv/ffcv-imagenet@4dd291a)
+
+# rn50_configs/rn50_{E}_epochs.yaml: lr 1.7 (l.9), batch_size 512 (l.19), weight_decay 1e-4 (l.26), world_size 8
+# (l.5), min/max_res 160/192 (l.16/15), start/end_ramp (l.17/14); rn18_configs: lr 0.5 (l.11), lr_peak_epoch 2
+# (l.12), batch_size 1024 (l.22), weight_decay 5e-5 (l.29), world_size 1 (l.6), log_level 0 (l.9);
+# README.md table: top_1, top_5, minutes.
+FFCV = {
+    "ffcv-rn50-16": (16, 11, 13, 0.738, 0.908, 14.9), "ffcv-rn50-24": (24, 17, 20, 0.756, 0.921, 21.7),
+    "ffcv-rn50-32": (32, 23, 27, 0.766, 0.927, 28.7), "ffcv-rn50-40": (40, 29, 34, 0.772, 0.932, 35.6),
+    "ffcv-rn50-56": (56, 41, 48, 0.780, 0.937, 49.4), "ffcv-rn50-88": (88, 65, 76, 0.784, 0.941, 77.2),
+    "ffcv-rn18-16": (16, 11, 13, 0.669, 0.868, 35.0), "ffcv-rn18-24": (24, 17, 20, 0.688, 0.881, 51.6),
+    "ffcv-rn18-32": (32, 23, 27, 0.700, 0.889, 68.9), "ffcv-rn18-40": (40, 29, 34, 0.706, 0.894, 85.5),
+    "ffcv-rn18-56": (56, 41, 48, 0.713, 0.899, 119.4), "ffcv-rn18-88": (88, 65, 76, 0.724, 0.903, 187.3),
+}
+
+
+def ffcv_cyclic_lr(epoch, lr, epochs, peak=2):
+    """train_imagenet.py:107-113 get_cyclic_lr, as written there."""
+    return np.interp([epoch], [0, peak, epochs], [1e-4 * lr, lr, 0])[0]
+
+
+def ffcv_iteration_lrs(epoch, iters, lr, epochs):
+    """train_imagenet.py:356-358: the lrs of one epoch's iterations."""
+    return np.interp(np.arange(iters), [0, iters], [ffcv_cyclic_lr(epoch, lr, epochs), ffcv_cyclic_lr(epoch + 1, lr, epochs)])
+
+
+def ffcv_resolution(epoch, min_res, max_res, end_ramp, start_ramp):
+    """train_imagenet.py:169-185 get_resolution, as written there."""
+    if epoch <= start_ramp:
+        return min_res
+    if epoch >= end_ramp:
+        return max_res
+    interp = np.interp([epoch], [start_ramp, end_ramp], [min_res, max_res])
+    return int(np.round(interp[0] / 32)) * 32
+
+
+def show(*argv) -> dict:
+    config, world, _ = config_from_argv([*argv, "--show"])
+    return describe(config, world_size=world)
+
+
+@pytest.mark.parametrize("name", list(FFCV))
+def test_ffcv_records_match_the_yaml_and_the_readme(name):
+    epochs, start_ramp, end_ramp, top1, top5, minutes = FFCV[name]
+    rn50 = "rn50" in name
+    r = get_recipe(name)
+    v = r.value
+    assert (v("arch"), v("epochs"), v("batch_size"), v("lr"), v("wd")) == (
+        "resnet50" if rn50 else "resnet18", epochs, 512 if rn50 else 1024, 1.7 if rn50 else 0.5, 1e-4 if rn50 else 5e-5)
+    assert r.world_size.value == (8 if rn50 else 1)
+    assert (v("res"), v("end_res"), v("ramp_epochs")) == (160, 192, (start_ramp, end_ramp))
+    assert (v("momentum"), v("nesterov"), v("label_smoothing"), v("optimizer"), v("loss")) == (0.9, False, 0.1, "sgd", "ce")
+    assert (v("schedule"), v("lr_peak_epoch"), v("lr_start_factor"), v("lr_end_factor")) == ("triangle", 2.0, 1e-4, 0.0)
+    assert (v("val_crop"), v("val_crop_ratio"), v("tta"), v("blurpool")) == (256, 224 / 256, True, True)
+    assert (v("wd_exempt"), v("zero_init_residual"), v("amp"), v("eval_every")) == ("bn-name", False, "fp16", 1 if rn50 else 0)
+    assert (r.published["top1"].value, r.published["top5"].value, r.published["minutes"].value) == (top1, top5, minutes)
+    short = "rn50" if rn50 else "rn18"
+    assert f"{short}_configs/{short}_{epochs}_epochs.yaml:" in r.hyper["lr"].source
+    assert all(c.source for c in r.hyper.values())  # a source beside every value
+
+
+@pytest.mark.parametrize("name", ["ffcv-rn50-16", "ffcv-rn50-88", "ffcv-rn18-16", "ffcv-rn18-40"])
+def test_ffcv_lr_per_iteration_and_resolution_follow_the_script(name):
+    epochs, start_ramp, end_ramp = FFCV[name][:3]
+    r = get_recipe(name)
+    world = r.world_size.value
+    d = show("--recipe", name, "--world-size", str(world))
+    spe = d["steps_per_epoch"]
+    assert spe == (N // world) // r.value("batch_size")  # drop_last: full batches per GPU
+    assert d["lr_peak"] == r.value("lr") and d["global_batch"] == world * r.value("batch_size")
+    config, _, _ = config_from_argv(["--recipe", name, "--world-size", str(world), "--show"])
+    sched = schedule_for(config, spe)
+    lr = r.value("lr")
+    for step in (0, 1, spe - 1, spe, spe + spe // 3, 2 * spe, 2 * spe + 5, 7 * spe + 100, epochs * spe - 1):
+        e, i = divmod(step, spe)
+        assert lr * sched.factor(step) == pytest.approx(ffcv_iteration_lrs(e, spe, lr, epochs)[i], rel=1e-12, abs=1e-15)
+    assert d["lr_at_epoch"] == pytest.approx([ffcv_cyclic_lr(e, lr, epochs) for e in range(epochs)])
+    assert d["res_at_epoch"] == [ffcv_resolution(e, 160, 192, end_ramp, start_ramp) for e in range(epochs)]
+
+
+def test_ffcv_resolution_rounding_matches_numpy_at_every_epoch():
+    # the one place the formulas could part: round-half-to-even at 176 = 5.5 x 32 (epoch 12 of 16 -> 192)
+    for name, (epochs, start_ramp, end_ramp, *_) in FFCV.items():
+        config, _, _ = config_from_argv(["--recipe", name, "--show"])
+        got = describe(config, world_size=1)["res_at_epoch"]
+        assert got == [ffcv_resolution(e, 160, 192, end_ramp, start_ramp) for e in range(epochs)], name
+    assert show("--recipe", "ffcv-rn50-16")["res_at_epoch"][11:13] == [160, 192]
+
+
+# ----------------------------------------------------------------------------- torchvision
+
+def test_torchvision_v1_record_and_step_schedule_against_torch_steplr():
+    r = get_recipe("tv-rn50-v1")
+    v = r.value
+    # references/classification/train.py@bde124ee parse_args defaults; README: 8x V100; resnet.py:366 76.130
+    assert (v("epochs"), v("batch_size"), v("lr"), v("momentum"), v("wd"), v("lr_step_epochs"), v("lr_gamma")) == (
+        90, 32, 0.1, 0.9, 1e-4, 30, 0.1)
+    assert (v("label_smoothing"), v("wd_exempt"), v("res"), v("val_res"), v("val_crop"), v("amp")) == (
+        0.0, "none", 224, 256, 224, "none")
+    assert r.world_size.value == 8 and r.published["top1"].value == 0.7613
+    d = show("--recipe", "tv-rn50-v1", "--world-size", "8")
+    spe = d["steps_per_epoch"]
+    assert spe == (N // 8) // 32 and d["global_batch"] == 256 and d["lr_peak"] == 0.1
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    steplr = torch.optim.lr_scheduler.StepLR(opt, step_size=30, gamma=0.1)
+    config, _, _ = config_from_argv(["--recipe", "tv-rn50-v1", "--world-size", "8", "--show"])
+    sched = schedule_for(config, spe)
+    for epoch in range(90):
+        for i in (0, spe // 2, spe - 1):  # constant within an epoch: StepLR steps per epoch
+            assert 0.1 * sched.factor(epoch * spe + i) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9)
+        opt.step()
+        steplr.step()
+
+
+def test_torchvision_v2_record_schedule_against_torch_and_ema_adjustment():
+    r = get_recipe("tv-rn50-v2")
+    v = r.value
+    # the IMAGENET1K_V2 command (pytorch/vision#3995) and train.py's defaults
+    assert (v("epochs"), v("batch_size"), v("lr"), v("wd"), v("label_smoothing"), v("mixup"), v("cutmix")) == (
+        600, 128, 0.5, 2e-5, 0.1, 0.2, 1.0)
+    assert (v("warmup_epochs"), v("lr_start_factor"), v("lr_end_factor"), v("res"), v("val_res"), v("val_crop")) == (
+        5.0, 0.01, 0.0, 176, 232, 224)
+    assert (v("aug"), v("random_erase"), v("random_erase_fill"), v("ra_reps"), v("wd_exempt")) == (
+        "ta_wide", 0.1, "zero", 4, "norm")
+    assert (v("ema"), v("ema_every"), v("ema_ramp"), v("ema_copy_epochs")) == (0.99998, 32, False, 5)
+    assert r.published["top1"].value == 0.80858 and r.ema_adjust
+    d = show("--recipe", "tv-rn50-v2", "--world-size", "8")
+    # RASampler: floor(N // 256 * 256 / 8) samples per rank, in batches of 128
+    assert d["steps_per_epoch"] == (N // 256 * 256 // 8) // 128
+    # train.py: adjust = world_size * batch_size * model_ema_steps / epochs; decay = 1 - min(1, (1 - d) * adjust)
+    assert d["ema"]["decay"] == pytest.approx(1 - (1 - 0.99998) * 8 * 128 * 32 / 600)
+    assert adjusted_ema_decay(0.99998, global_batch=1024, every=32, epochs=600) == d["ema"]["decay"]
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.5)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.01, total_iters=5)
+    cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=600 - 5, eta_min=0.0)
+    seq = torch.optim.lr_scheduler.SequentialLR(opt, schedulers=[warm, cos], milestones=[5])
+    torch_lrs = []
+    for _ in range(600):
+        torch_lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        seq.step()
+    assert d["lr_at_epoch"] == pytest.approx(torch_lrs, rel=1e-6, abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- ResNet Strikes Back A3
+
+def timm_cosine_lr(epoch, lr=8e-3, warmup_lr=1e-4, min_lr=1e-6, warmup=5, t_initial=100):
+    """timm 0.5 CosineLRScheduler._get_lr (t_in_epochs, warmup_prefix False, cycle_limit 1)."""
+    if epoch < warmup:
+        return warmup_lr + epoch * (lr - warmup_lr) / warmup
+    if epoch >= t_initial:
+        return min_lr
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * epoch / t_initial))
+
+
+def test_rsb_a3_record_and_timm_cosine():
+    r = get_recipe("rsb-a3-rn50")
+    v = r.value
+    # arXiv 2110.00476 Table 1 (A3) and timm 0.5.0's defaults
+    assert (v("epochs"), v("lr"), v("wd"), v("warmup_epochs"), v("res"), v("val_crop"), v("val_res")) == (
+        100, 8e-3, 0.02, 5.0, 160, 224, 235)
+    assert r.world_size.value * v("batch_size") == 2048
+    assert (v("optimizer"), v("loss"), v("bce_target_thresh"), v("label_smoothing"), v("mixup"), v("cutmix")) == (
+        "lamb", "bce", 0.2, 0.0, 0.1, 1.0)
+    assert (v("aug"), v("ra_reps"), v("ema"), v("random_erase"), v("wd_exempt"), v("zero_init_residual")) == (
+        "rand-m6-mstd0.5-inc1", 1, None, 0.0, "1d", True)
+    assert r.published["top1"].value == 0.781 and r.published["real_top1"].value == 0.8448
+    d = show("--recipe", "rsb-a3-rn50", "--world-size", "4")
+    assert d["global_batch"] == 2048 and d["lr_peak"] == 8e-3 and d["eval_real"] is True
+    assert d["lr_at_epoch"] == pytest.approx([timm_cosine_lr(e) for e in range(100)], rel=1e-9)
+    assert d["val_crop_ratio"] == pytest.approx(224 / 235)  # floor(224 / 0.95) = 235
+    # on one GPU: timm's sqrt rule for LAMB, the absolute warmup-start and floor lrs kept
+    one = show("--recipe", "rsb-a3-rn50", "--world-size", "1")
+    lr1 = 8e-3 * math.sqrt(512 / 2048)
+    assert one["lr_peak"] == pytest.approx(lr1) and one["scaling"]["rule"] == "sqrt"
+    assert one["lr_at_epoch"] == pytest.approx([timm_cosine_lr(e, lr=lr1) for e in range(100)], rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- --show, overrides, scaling
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_show_prints_the_resolved_recipe_for_every_name(name, capsys):
+    assert main(["--recipe", name, "--show"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("arch", "epochs", "batch_size_per_gpu", "global_batch", "lr_peak", "lr_schedule", "lr_at_epoch",
+                "res_at_epoch", "val_res", "val_crop_ratio", "tta", "blurpool", "label_smoothing", "weight_decay",
+                "bn_weight_decay", "optimizer", "loss", "mixup", "cutmix", "ema", "source", "published_top1"):
+        assert key in d, key
+    assert d["recipe"] == name and len(d["lr_at_epoch"]) == len(d["res_at_epoch"]) == d["epochs"]
+    assert d["published_top1"] == get_recipe(name).published["top1"].value and d["what_we_changed"]
+
+
+def test_world_size_scaling_accumulate_and_overrides_are_recorded():
+    one = show("--recipe", "ffcv-rn50-16", "--world-size", "1")
+    assert one["lr_peak"] == pytest.approx(1.7 / 8) and one["global_batch"] == 512
+    assert one["scaling"]["to_keep_source_global_batch"] == "--accumulate 8"
+    acc = show("--recipe", "ffcv-rn50-16", "--world-size", "1", "--accumulate", "8")
+    assert acc["lr_peak"] == 1.7 and acc["global_batch"] == 4096 and acc["steps_per_epoch"] == (N // 512) // 8
+    assert acc["overrides"] == {}  # --accumulate is not one of the recipe's values
+    explicit = show("--recipe", "ffcv-rn50-16", "--world-size", "1", "--lr", "0.9", "--epochs", "8", "--no-tta")
+    assert explicit["lr_peak"] == 0.9 and explicit["scaling"]["how"].startswith("explicit --lr")
+    assert explicit["overrides"] == {"lr": 1.7, "epochs": 16, "tta": True}
+    assert explicit["tta"] is False and len(explicit["lr_at_epoch"]) == 8
+    same = show("--recipe", "ffcv-rn50-16", "--epochs", "16")  # a flag equal to the recipe's value changes nothing
+    assert same["overrides"] == {}
+
+
+def test_unknown_recipe_is_one_line_listing_the_known_ones(capsys):
+    assert main(["--recipe", "ffcv-rn50-17", "--show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: unknown --recipe 'ffcv-rn50-17'")
+    assert all(name in err for name in RECIPES)
+
+
+def test_world_size_flag_only_with_show(tmp_path, capsys):
+    assert main(["--recipe", "ffcv-rn18-16", "--out", str(tmp_path / "r"), "--world-size", "2",
+                 "--synthetic-data"]) == 2
+    assert "--world-size is for --show" in capsys.readouterr().err
