@@ -16,8 +16,8 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("imagenet_shards.train.loader._jpegcrop",
-              [f"train/loader/{name}.c" for name in ("_jpegcrop", "jpegcrop_entry", "jpegcrop_region", "jpegcrop_resample")],
-              include_dirs=["pipeline/format"], libraries=["jpeg"], optional=True),
+              ["train/loader/_jpegcrop.c", "train/loader/jpegcrop_entry.c", "train/loader/jpegcrop_region.c",
+               "train/loader/jpegcrop_resample.c"], include_dirs=["pipeline/format"], libraries=["jpeg"], optional=True),
     Extension("imagenet_shards.pipeline.prepare._jpegtran", ["pipeline/prepare/_jpegtran.c"], include_dirs=["pipeline/format"],
               libraries=["jpeg"], optional=True),
 ])
