@@ -30,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,7 @@ def make_data(work: Path, *, classes: int, per_class: int, seed: int, say) -> Pa
         return work / "shards"
     say(f"writing the data under {work}")
     src = work / "src"
+    shutil.rmtree(src, ignore_errors=True)  # what an interrupted run left
     subprocess.run([_script("make-synthetic-imagenet"), str(src), *args, "--quiet"], check=True)
     for out, extra in ((work / "shards", []), (work / "shards-plain", ["--no-restart-markers"])):
         subprocess.run([_script("prepare-shards"), "--train", str(src / "ILSVRC2012_img_train.tar"),
