@@ -208,7 +208,7 @@ def markdown(result: dict) -> str:
             f"{result['load'][0]} at the start, {result['load'][1]} at the end{result['shared_note']}.",
             f"Data: {d['images']} train images, {d['mean_bytes_per_pixel']:.2f} bytes/pixel, {d['mean_kb']:.0f} KB mean "
             f"as generated, {100 * d['over_500_px']:.0f} % over 500 px; stored by prepare-shards at "
-            f"{result['stored_kb']:.0f} KB per JPEG on average.", ""]
+            f"{result['stored_kb']:.0f} KB per sample (JPEG and tar overhead).", ""]
     out = head + ["#### Loader per core: RandomResizedCrop + flip, uint8 out (DALI: float), one pinned core", ""]
     out += _loader_md(result["loader"])
     out += ["", "#### Where our loader's time goes, 224 px", ""] + _profile_md(result["profile"])
