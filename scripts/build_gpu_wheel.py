@@ -57,13 +57,14 @@ class BuildError(Exception):
     """One line saying what is missing."""
 
 
-def extensions(setup_py: Path = REPO / "setup.py") -> list[tuple[str, str]]:
-    """(module name, source path) of every Extension(...) in setup.py, read without running it."""
+def extensions(setup_py: Path = REPO / "setup.py") -> list[tuple[str, list[str], list[str]]]:
+    """(module name, source paths, include dirs) of every Extension(...) in setup.py, read without running it."""
     found = []
     for node in ast.walk(ast.parse(setup_py.read_text())):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Extension":
             name, sources = node.args[0].value, [s.value for s in node.args[1].elts]
-            found.append((name, sources[0]))
+            include = next(([d.value for d in k.value.elts] for k in node.keywords if k.arg == "include_dirs"), [])
+            found.append((name, sources, include))
     return found
 
 
@@ -142,13 +143,14 @@ def build(out: Path) -> dict:
     built = {}
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp, "stage")
-        for name, source in extensions():
+        for name, sources, include_dirs in extensions():
             target = stage / _module_path(name)
             target.parent.mkdir(parents=True, exist_ok=True)
             _run([*cc.split(), "-O3", "-fPIC", "-shared", f"-DPy_LIMITED_API={LIMITED_API}",
                   "-Werror=implicit-function-declaration", "-include", str(REPO / "scripts/abi3_compat.h"),
-                  f"-I{include}", str(REPO / source), "-ljpeg", "-Wl,-rpath,$ORIGIN", "-o", str(target)],
-                 f"compiling {source} against the limited API")
+                  f"-I{include}", *(f"-I{REPO / d}" for d in include_dirs), *(str(REPO / s) for s in sources),
+                  "-ljpeg", "-Wl,-rpath,$ORIGIN", "-o", str(target)],
+                 f"compiling {sources[0]} against the limited API")
             copy = target.parent / grafted
             if not copy.exists():
                 copy.write_bytes(data)

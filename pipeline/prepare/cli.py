@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="apply EXIF orientation (default: keep pixels as torchvision/PIL loading sees them)")
     img.add_argument("--no-restart-markers", dest="restart_markers", action="store_false",
                      help="store pass-through JPEGs byte for byte and re-encode without restart markers "
-                          "(default: restart markers on a grid of ~64 px cells in every stored JPEG, pass-through "
+                          "(default: restart markers on a grid of ~32 px cells in every stored JPEG, pass-through "
                           "ones rewritten losslessly, so the loader decodes only the cells around a crop)")
     sh = p.add_argument_group("shards")
     sz = sh.add_mutually_exclusive_group()

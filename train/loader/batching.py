@@ -141,6 +141,7 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
         images, slot, token, recycled = _new_batch(n, S, shared, ring)
         slots = images.numpy()
         labels = torch.empty(n, dtype=torch.int64)
+        label_slots = labels.numpy()  # a numpy store is ~0.1 us, a tensor's __setitem__ ~2-5 us
         bad, filled, dup, taken = [], 0, 0, 0
         keys = [] if not fill else None
         while filled < n and (fill or taken < n):
@@ -166,7 +167,7 @@ def batches(records: Iterator[Record], batch_sizes: Iterable[int], cfg: DecodeCo
                     raise BadSampleError(f"bad sample {rec.key!r} in {rec.url}: {e}") from None
                 bad.append((rec.key, rec.url, str(e)))
                 continue
-            labels[filled] = label
+            label_slots[filled] = label
             filled += 1
             if keys is not None:
                 keys.append(rec.key)

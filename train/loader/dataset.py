@@ -10,6 +10,7 @@ a bounded buffer, decodes (uint8 only) and forms whole batches itself, so the Da
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import random
 from typing import Iterator
@@ -91,6 +92,9 @@ class ShardDataset(IterableDataset):
         aug = dec.make_aug(cfg.aug) if cfg.train else None
         if info is not None and self._ring is None:
             self._ring = SlotRing(self.board, worker)
+            # what the worker inherited (torch, the plan...) is never garbage: keep the cyclic
+            # collector's full passes off it (measured ~2 % of a worker's CPU time otherwise)
+            gc.freeze()
         yield from batches(iter(records), plan.batch_sizes, cfg, random.Random(_seed(*ids, 2)),
                            fill=cfg.train, strict=self.strict, shared=info is not None, aug=aug,
                            ring=self._ring if info is not None else None)

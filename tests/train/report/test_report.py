@@ -42,6 +42,13 @@ def test_data_bound_beyond_the_cores_suggests_other_remedies():
     assert "more workers than the 12 cores can give" in v.line and "lower resolution" in v.line
 
 
+def test_the_advice_names_only_what_would_change_something():
+    """Issue 25: --decoder turbo is advised only when the rate was measured with another decoder."""
+    assert "--decoder turbo" in V.from_rates(800, 2400, workers=8, cores=12, decoder="pil").line
+    for decoder in ("turbo", None):  # in use, or not known
+        assert "--decoder" not in V.from_rates(800, 2400, workers=8, cores=12, decoder=decoder).line
+
+
 def test_rates_at_target_are_compute_bound_and_unknown_without_numbers():
     assert V.from_rates(2500, 2400).bound == "compute-bound"
     assert V.from_rates(None, 2400).bound == "unknown"
