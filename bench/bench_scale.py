@@ -2,6 +2,7 @@
 
     python bench/bench_scale.py FOLDER [--classes 1000 --train-per-class 1300 --val-per-class 50]
                                        [--workers 2] [--skip audit,loader] [--trace] [--json]
+    python bench/bench_scale.py FOLDER --full [--samples 3000000 ...]   # the full ImageNet: bench_scale_full.py
 
 What grows with the number of samples (the plan's per-sample records, the shard records, the
 manifest's lists) only shows at full size, so this runs the real commands on ImageNet's counts:
@@ -300,6 +301,13 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--full" in argv:  # the full ImageNet's index paths at millions of samples: bench/bench_scale_full.py
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("bench_scale_full", Path(__file__).with_name("bench_scale_full.py"))
+        full = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(full)
+        return full.main([a for a in argv if a != "--full"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", type=Path, help="work folder: the input is kept in FOLDER/input, the shards in FOLDER/out")
     p.add_argument("--classes", type=int, default=1000)

@@ -22,16 +22,32 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 quiet_pip() {  # pip, minus the "Location ... is ignored" noise some machines' pip.conf produces
   "${PIP[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
-# libjpeg-turbo and zlib headers: pillow-simd and our optional JPEG crop decoder compile against them
+# libjpeg-turbo and zlib headers: pillow-simd and our optional JPEG crop decoder compile against them;
+# libwebp's: pillow-simd then reads WEBP (timm's imagenet-w21-webp-wds; the loader decodes it through Pillow)
 need_headers=0
-for h in /usr/include/jpeglib.h /usr/include/zlib.h; do [ -f "$h" ] || need_headers=1; done
+for h in /usr/include/jpeglib.h /usr/include/zlib.h /usr/include/webp/decode.h; do [ -f "$h" ] || need_headers=1; done
 if [ $need_headers = 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing libjpeg-dev zlib1g-dev (headers for pillow-simd and the turbo decoder)"
+    say "installing libjpeg-dev zlib1g-dev libwebp-dev (headers for pillow-simd and the turbo decoder)"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg-dev zlib1g-dev >/dev/null || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjpeg-dev zlib1g-dev libwebp-dev >/dev/null || true
   else
-    say "pillow-simd needs JPEG/zlib headers: run  sudo apt-get install -y libjpeg-dev zlib1g-dev  and re-run"
+    say "pillow-simd needs JPEG/zlib (and, for WEBP, libwebp) headers: run  sudo apt-get install -y libjpeg-dev zlib1g-dev libwebp-dev  and re-run"
+  fi
+fi
+
+# Slurm + munge for the multi-machine test (tests/pipeline/prepare/test_parts.py runs a real one-node
+# cluster): ~3 MB from Debian, about 50 s of dpkg on a busy 2-vCPU box; the test skips without them
+if [[ ",$EXTRAS," == *",test,"* ]] && ! command -v slurmctld >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing slurmctld slurmd slurm-client munge (for the Slurm array test)"
+    slurm_pkgs=(slurmctld slurmd slurm-client munge)
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${slurm_pkgs[@]}" >/dev/null 2>&1 || \
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${slurm_pkgs[@]}" >/dev/null; } || \
+      say "could not install Slurm; the Slurm test will skip"
+  else
+    say "the Slurm test skips without Slurm: sudo apt-get install -y slurmctld slurmd slurm-client munge"
   fi
 fi
 
@@ -42,6 +58,7 @@ quiet_pip install -q -e "$spec"
 
 # --- pillow-simd: same `PIL` import, ~2x faster resize; torchvision pulled in plain Pillow above.
 have_simd=$("$VENV/bin/python" - <<'PY'
+import os
 from importlib import metadata
 try:
     metadata.distribution("pillow-simd"); simd = True
@@ -51,7 +68,11 @@ try:
     metadata.distribution("pillow"); plain = True
 except metadata.PackageNotFoundError:
     plain = False
-print("yes" if simd and not plain else "no")
+webp = True
+if simd and not plain and os.path.exists("/usr/include/webp/decode.h"):  # built before libwebp was there?
+    from PIL import features
+    webp = features.check("webp")
+print("yes" if simd and not plain and webp else "no")
 PY
 )
 if [ "$have_simd" != yes ]; then

@@ -1,39 +1,53 @@
-"""The GPU check of the trainer: one call of at most 8 minutes on one GPU + 16 cores that settles the
-open questions about the GPU paths, prints one table and writes $OUT/gpu_check.json (see
-docs/training.md, "GPU check"). Run it through scripts/gpu_check.sh, which installs carried wheels,
-maps the `imagenet_shards` namespace onto this tree and builds the turbo decoder where it can.
+"""The GPU check of the trainer: one call of at most 6.5 minutes (install included) on one GPU + 16
+cores that settles the open questions about the GPU paths (docs/training.md, "GPU check"). Run it
+through scripts/gpu_check.sh, which puts the carried extensions into the tree and maps the
+`imagenet_shards` namespace onto it.
 
-  python scripts/gpu_check.py [--cpu-smoke] [--workdir DIR] [--out DIR]
+  python scripts/gpu_check.py [--cpu-smoke] [--workdir DIR] [--out DIR] [--steps a,b,...]
 
---cpu-smoke runs every step with tiny sizes on the CPU (same steps, same JSON keys, "cpu" in the
-device field; the --gpu-decode training step then checks the trainer's refusal). The check's own
-process never touches CUDA: every measurement runs in a child process (train-imagenet, bench-loader,
-scripts/gpu_check_probe.py), sampled from /proc for CPU, memory and /dev/shm use.
+After every step WORKDIR/gpu_check.json and the table (gpu_check.md) are rewritten, and copied to
+--out (default $OUT) with runs.tar.gz (each run's metrics, log and sync counts): a call cut at its
+limit still returns every step it finished, and the one it was in says "running". --cpu-smoke runs
+every step that can run on the CPU with tiny sizes (same steps, same JSON keys, "cpu" in the device
+field; --gpu-decode training is "not run on the CPU"). The check's own process never touches CUDA
+(nor imports torch): every measurement runs in a child process forked from a warm server
+(scripts/gpu_check_child.py: train-imagenet, bench-loader, scripts/gpu_check_probe.py, the two DDP
+ranks), sampled from /proc for CPU, memory and /dev/shm use. Modules: gpu_check_data (the JPEGs and
+shards), gpu_check_probe (what runs with torch), gpu_check_report (sampling, the window, the table),
+gpu_check_steps (the steps that are more than one run).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check_report import ProcSampler, steady, table  # noqa: E402
+from gpu_check_child import Runner  # noqa: E402
+from gpu_check_data import make_data  # noqa: E402
+from gpu_check_probe import environment  # noqa: E402
+from gpu_check_report import ProcSampler, cores_between, profile_steady, table, window  # noqa: E402
+from gpu_check_steps import RECIPES, bench_step, compiled, ddp_step, drift, recipe_step  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-REQUIRED_MODULES = ("torch", "torchvision", "numpy", "PIL", "tqdm", "yaml", "webdataset", "braceexpand")
-STEPS = ("env", "data", "ceiling", "real", "bench_loader", "profile", "gpu_decode_loader", "gpu_decode_train",
-         "fp16", "ceiling_compile", "ceiling_end")
+REQUIRED_MODULES = ("torch", "torchvision", "numpy", "PIL", "tqdm")  # what the check and its children import
+# The steps in order, each with its cap in seconds on the GPU machine (16 cores, one H200): the
+# whole call, wheel unpacking included, is budgeted to BUDGET_S; a step gets min(cap, time left) and
+# is skipped when under 5 s are left. Estimates, until the first run replaces them: each trainer
+# start is ~10 s (imports, CUDA, cuDNN autotuning, workers), the rest is its steps.
+CAPS = {"env": 10, "data": 30, "ceiling": 20, "real": 30, "profile": 22, "gpu_decode_loader": 25,
+        "gpu_decode_train": 30, "ddp": 30, "recipe_rn50": 28, "recipe_rn18": 22, "fp16": 22, "bench_loader": 12,
+        "ceiling_end": 15, "augment_compile": 150}  # the last step: it gets what is left, at most its cap
+STEPS = tuple(CAPS)
+BUDGET_S = 380.0  # 6 min 20 s from the wrapper's start; the device call's timeout_s is 420
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,28 +56,32 @@ class Sizes:
     classes: int
     train_per_class: int
     val_per_class: int
-    image: tuple          # (w, h): ImageNet's most common shape; a third are turned to portrait
+    image: tuple           # (w, h): ImageNet's most common shape; a third are turned to portrait
     shard_samples: int
     arch: str
     batch: int
     res: int
     val_res: int
     val_crop: int
-    workers: tuple        # the real loader is measured at each of these worker counts
+    log_interval: int
     ceiling_batches: int
-    fp16_batches: int
+    profile_batches: int   # a --profile run's steps; its trace holds profile_steps of them
     profile_steps: int
-    bench_batches: int
-    bench_workers: int
     probe_batches: int
     probe_iters: int
-    log_interval: int
-    budget_s: float       # the whole check; steps that no longer fit are skipped, and say so
+    bench_batches: int
+    ddp: tuple             # (arch, batch, res, steps per epoch) of the 2-rank run
+    explain_arch: str
+    compile_batches: int
+    toy: tuple             # extra flags for the recipe runs (the smoke's toy sizes)
+    budget_s: float
 
 
-REAL = Sizes("cuda", 100, 200, 10, (500, 375), 1000, "resnet50", 256, 176, 256, 224, (8, 12, 15), 60, 40, 5, 20, 4,
-             30, 20, 5, 470.0)
-SMOKE = Sizes("cpu", 4, 24, 3, (64, 48), 40, "resnet18", 8, 32, 36, 32, (1,), 3, 2, 2, 3, 1, 3, 2, 2, 120.0)
+REAL = Sizes("cuda", 100, 200, 10, (500, 375), 1000, "resnet50", 256, 176, 256, 224, 5, 60, 34, 20, 40, 20, 20,
+             ("resnet18", 64, 128, 12), "resnet18", 40, (), BUDGET_S)
+SMOKE = Sizes("cpu", 4, 16, 3, (64, 48), 40, "resnet18", 8, 32, 36, 32, 2, 6, 6, 4, 4, 2, 3, ("resnet18", 4, 32, 3),
+              "tiny", 4, ("--arch", "resnet18", "--batch-size", "8", "--res", "32", "--val-res", "36", "--val-crop", "32",
+                          "--limit-batches", "2"), 400.0)
 
 
 def say(msg: str) -> None:
@@ -76,230 +94,216 @@ def missing_modules() -> list[str]:
     return [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
 
 
-# ----------------------------------------------------------------------------- data
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # a kill mid-write leaves the previous version, never half a file
 
-def photo_jpeg(args) -> int:
-    """Write one photo-like JPEG (busy at every scale, ~80-110 KB at 500x375 q90, like ImageNet's
-    average; smooth synthetic textures compress to ~24 KB and decode ~1.8x faster per core)."""
-    import numpy as np
-    from PIL import Image
-    path, w, h, seed, progressive = args
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 256, (h // 16 + 2, w // 16 + 2, 3), dtype=np.uint8)
-    img = np.asarray(Image.fromarray(base).resize((w, h), Image.BICUBIC), dtype=np.int16)
-    mid = rng.integers(0, 256, (h // 4 + 2, w // 4 + 2, 3), dtype=np.uint8)
-    img += (np.asarray(Image.fromarray(mid).resize((w, h), Image.BILINEAR), dtype=np.int16) - 128) // 3
-    grain = int(rng.integers(10, 21))
-    img += rng.integers(-grain, grain + 1, (h, w, 3), dtype=np.int16)
-    buf = io.BytesIO()
-    Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90, progressive=progressive)
-    Path(path).write_bytes(buf.getvalue())
-    return len(buf.getvalue())
-
-
-def make_data(sz: Sizes, w: Path, cores: int, timeout: float) -> dict:
-    """ImageFolder trees of photo-like JPEGs (real WNIDs, 10% progressive) -> prepare-shards."""
-    from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
-    stamp = json.dumps(dataclasses.asdict(sz), sort_keys=True)
-    shards = w / "shards"
-    if (shards / "manifest.json").exists() and (w / "sizes.json").exists() and (w / "sizes.json").read_text() == stamp:
-        return {"reused": True, **json.loads((w / "data.json").read_text())}
-    shutil.rmtree(w / "src", ignore_errors=True)
-    shutil.rmtree(shards, ignore_errors=True)
-    table_ = imagenet_1k_classes()
-    wnids = [table_[i * len(table_) // sz.classes].wnid for i in range(sz.classes)]
-    rng, jobs, number = random.Random(0), [], 0
-    for split, per in (("train", sz.train_per_class), ("val", sz.val_per_class)):
-        for c, wnid in enumerate(wnids):
-            folder = w / "src" / split / wnid
-            folder.mkdir(parents=True)
-            for i in range(per):
-                number += 1
-                name = f"{wnid}_{i}.JPEG" if split == "train" else f"ILSVRC2012_val_{number:08d}.JPEG"
-                iw, ih = sz.image if rng.random() < 0.67 else sz.image[::-1]
-                jobs.append((str(folder / name), iw, ih, number, rng.random() < 0.1))
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(cores) as pool:
-        sizes = list(pool.map(photo_jpeg, jobs, chunksize=64))
-    generated = time.perf_counter() - t0
-    cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "--train", str(w / "src" / "train"),
-           "--val", str(w / "src" / "val"), "--out", str(shards), "--shard-samples", str(sz.shard_samples),
-           "--workers", str(cores), "--quiet"]
-    t1 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"prepare-shards exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
-    info = {"images": len(jobs), "mean_kb": sum(sizes) / len(sizes) / 1000,
-            "progressive_fraction": sum(j[4] for j in jobs) / len(jobs), "generate_s": generated,
-            "prepare_s": time.perf_counter() - t1}
-    (w / "data.json").write_text(json.dumps(info))
-    (w / "sizes.json").write_text(stamp)
-    return {"reused": False, **info}
-
-
-# ----------------------------------------------------------------------------- the machine
-
-def environment(sz: Sizes) -> dict:
-    """Versions (from package metadata: no torch import here), decoder, cores, GPU, /dev/shm."""
-    import importlib.util
-    import platform
-    from importlib import metadata
-
-    def version(*names):
-        for name in names:
-            try:
-                return f"{name} {metadata.version(name)}"
-            except metadata.PackageNotFoundError:
-                continue
-        return None
-
-    turbo = None
-    spec = importlib.util.find_spec("imagenet_shards.train.loader._jpegcrop")
-    if spec is not None:  # load the extension alone: importing its package would import torch
-        loaded = importlib.util.spec_from_file_location("_jpegcrop", spec.origin)
-        module = importlib.util.module_from_spec(loaded)
-        loaded.loader.exec_module(module)
-        turbo = module.LIBJPEG_TURBO_VERSION
-    gpu = None
-    if sz.device == "cuda" and shutil.which("nvidia-smi"):
-        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=30)
-        gpu = q.stdout.strip().splitlines()[0] if q.returncode == 0 and q.stdout.strip() else None
-    st = os.statvfs("/dev/shm") if os.path.exists("/dev/shm") else None
-    return {"python": platform.python_version(), "torch": version("torch"), "torchvision": version("torchvision"),
-            "pillow": version("pillow-simd", "pillow", "Pillow"), "decoder": "turbo" if turbo else "pil",
-            "turbo_libjpeg": turbo, "turbo_build": os.environ.get("GPU_CHECK_TURBO_BUILD", "not attempted"),
-            "device_name": gpu or "cpu", "cores": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
-            "shm_total_gib": round(st.f_blocks * st.f_frsize / 2**30, 2) if st else None}
-
-
-# ----------------------------------------------------------------------------- child processes
 
 class Check:
-    def __init__(self, sz: Sizes, w: Path, smoke: bool):
-        self.sz, self.w, self.smoke = sz, w, smoke
-        self.start = time.perf_counter()
+    def __init__(self, sz: Sizes, w: Path, smoke: bool, out: Path | None, only: set | None):
+        self.sz, self.w, self.smoke, self.out, self.only = sz, w, smoke, out, only
+        self.t0 = float(os.environ.get("GPU_CHECK_T0") or time.time())  # the wrapper's start: install counts
         self.steps: dict = {}
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # for the runs that are commands (torchrun)
         if smoke:  # a shared 2-core box: one intra-op thread, and no minutes-long CPU compile
-            self.env.update(OMP_NUM_THREADS="1", TORCH_COMPILE_DISABLE="1", TORCHDYNAMO_DISABLE="1")
+            self.env.update(OMP_NUM_THREADS="1", TORCH_COMPILE_DISABLE="1")
+        self.env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # a CUDA check before a fork, if any, stays fork-safe
+        os.environ.update(self.env)  # what the warm server, and so every forked run, starts with
+        self.runner = Runner()
+        self.result = {"device": sz.device, "mode": "cpu-smoke" if smoke else "gpu", "sizes": dataclasses.asdict(sz),
+                       "budget_s": sz.budget_s, "caps_s": CAPS, "install": os.environ.get("GPU_CHECK_EXT", "-"),
+                       "steps": self.steps, "finished": False, "elapsed_s": 0.0}
 
-    def left(self) -> float:
-        return self.sz.budget_s - (time.perf_counter() - self.start)
+    def elapsed(self) -> float:
+        return time.time() - self.t0
 
-    def step(self, name: str, fn, *, cap: float, reserve: float = 0.0) -> dict:
-        """Run fn(timeout) as step `name` within the budget, keeping `reserve` seconds (of the full
-        check's budget, scaled to this one) for the steps after it; its dict (or failure) is recorded."""
-        scale = self.sz.budget_s / REAL.budget_s
-        timeout = min(cap * scale, self.left() - reserve * scale)
+    def save(self) -> None:
+        self.result["elapsed_s"] = round(self.elapsed(), 1)
+        _write(self.w / "gpu_check.json", json.dumps(self.result, indent=1, sort_keys=True, default=str) + "\n")
+        try:
+            text = table(self.result)
+        except Exception as e:  # noqa: BLE001 - the JSON above has it all; a table bug must not end the check
+            text = f"the table could not be made ({type(e).__name__}: {e}); gpu_check.json has every figure\n"
+        _write(self.w / "gpu_check.md", text)
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name in ("gpu_check.json", "gpu_check.md"):
+            shutil.copy(self.w / name, self.out / f".{name}.tmp")
+            os.replace(self.out / f".{name}.tmp", self.out / name)
+        with tarfile.open(self.out / ".runs.tar.gz.tmp", "w:gz") as tar:  # each run's metrics, log, sync counts
+            for run in sorted((self.w / "runs").glob("*")):
+                for rel in ("metrics.jsonl", "log.txt", "profile/syncs-rank0.json", "profile/summary-rank0.txt",
+                            "result-rank0.json", "result-rank1.json", "log-rank0.txt", "log-rank1.txt"):
+                    if (run / rel).exists():
+                        tar.add(run / rel, arcname=f"{run.name}/{rel}")
+        os.replace(self.out / ".runs.tar.gz.tmp", self.out / "runs.tar.gz")
+
+    def step(self, name: str, fn) -> dict:
+        """Run fn(timeout) as step `name` within its cap and the budget; saved before and after."""
+        if self.only is not None and name not in self.only:
+            return self.steps.setdefault(name, {"status": "not selected (--steps)"})
+        scale = 3.0 if self.smoke else 1.0  # the caps are GPU seconds; a shared 2-core box is slower
+        timeout = min(CAPS[name] * scale, self.sz.budget_s - self.elapsed())
         if timeout < 5:
-            result = {"status": "skipped: time budget"}
+            self.steps[name] = {"status": "skipped: time budget"}
         else:
             say(f"{name} (up to {timeout:.0f} s)")
+            self.steps[name] = {"status": "running", "started_s": round(self.elapsed(), 1), "cap_s": round(timeout)}
+            self.save()
             t0 = time.perf_counter()
             try:
-                result = {"status": "ok", **fn(timeout)}
+                self.steps[name] = {"status": "ok", **fn(timeout)}
             except Exception as e:  # noqa: BLE001 - recorded, and the check goes on
-                result = {"status": f"failed: {type(e).__name__}: {str(e).strip().splitlines()[-1:] or ''}"}
-            result["seconds"] = round(time.perf_counter() - t0, 1)
-        say(f"{name}: {result['status']}")
-        self.steps[name] = result
-        return result
+                last = str(e).strip().splitlines()[-1:] or [""]
+                self.steps[name] = {"status": f"failed: {type(e).__name__}: {last[0][:300]}"}
+            self.steps[name]["seconds"] = round(time.perf_counter() - t0, 1)
+        say(f"{name}: {self.steps[name]['status']}")
+        self.save()
+        return self.steps[name]
 
-    def child_json(self, cmd: list, timeout: float) -> dict:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env, cwd=REPO)
-        if proc.returncode != 0:
-            raise RuntimeError(f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+    def child_json(self, name: str, entry: str, argv: list, timeout: float) -> dict:
+        """A run that prints one JSON line last (a probe, bench-loader --json): that object."""
+        figures, _, out = self.launch(name, argv, timeout, entry=entry)
+        lines = [x for x in (out / "log.txt").read_text(errors="replace").splitlines() if x.startswith("{")]
+        if not lines:
+            raise RuntimeError(f"{name}: no JSON line in its output")
+        return json.loads(lines[-1])
 
-    def trainer(self, name: str, args: list, timeout: float, *, expect_exit: int = 0) -> dict:
-        """One train-imagenet run in RUN_DIR=W/runs/NAME, sampled from /proc while it runs."""
-        sz, out = self.sz, self.w / "runs" / name
+    def launch(self, name: str, argv: list, timeout: float, *, entry: str | None = None, expect_exit: int = 0,
+               env: dict | None = None) -> tuple[dict, list, Path]:
+        """One run in W/runs/NAME (its log there), sampled from /proc: `entry` (module:function) called
+        with argv in a process forked from the warm server (gpu_check_child), or argv as a command."""
+        out = self.w / "runs" / name
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        cmd = [sys.executable, "-m", "imagenet_shards.train", "--out", str(out), "--arch", sz.arch,
-               "--batch-size", str(sz.batch), "--res", str(sz.res), "--val-res", str(sz.val_res),
-               "--val-crop", str(sz.val_crop), "--device", sz.device, "--channels-last", "--epochs", "1",
-               "--log-interval", str(sz.log_interval), *map(str, args)]
-        with open(out / "log.txt", "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
+        argv = [str(a).replace("{out}", str(out)) for a in argv]
+        if entry is not None:
+            proc = self.runner.start(entry, argv, out / "log.txt")
             sampler = ProcSampler(proc.pid)
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            proc.join(timeout)
+            if proc.is_alive():
                 proc.kill()
-                proc.wait()
-                raise RuntimeError(f"{name}: still running after {timeout:.0f} s") from None
-            finally:
-                sampled = sampler.stop()
+                proc.join()
+                sampler.stop()
+                raise RuntimeError(f"{name}: still running after {timeout:.0f} s")
+            rc = proc.exitcode
+            sampled = sampler.stop()
+        else:
+            with open(out / "log.txt", "w") as log:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env or self.env, cwd=REPO)
+                sampler = ProcSampler(proc.pid)
+                try:
+                    rc = proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                    raise RuntimeError(f"{name}: still running after {timeout:.0f} s") from None
+                finally:
+                    sampled = sampler.stop()
         text = (out / "log.txt").read_text(errors="replace").replace("\r", "\n")
-        errors = [line for line in text.splitlines() if line.startswith("error:")]
+        errors = [line.strip() for line in text.splitlines() if "error:" in line or "Error:" in line]
         if rc != expect_exit:
             raise RuntimeError(f"exit {rc}: {errors[-1] if errors else text.strip().splitlines()[-1:]}")
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] \
             if (out / "metrics.jsonl").exists() else []
-        epoch = next((r for r in records if r["kind"] == "epoch"), {})
-        return {"exit": rc, "error": errors[-1] if errors else None, "proc": sampled,
-                "steady": steady(records, sz.batch), "epoch": {k: epoch.get(k) for k in (
-                    "steady_img_per_s", "data_wait_fraction", "first_step_seconds", "main_cpu_fraction",
-                    "peak_rss_gib", "pinned_peak_gib", "gpu_mem_gib", "amp_scale", "amp_skipped_steps", "loader",
-                    "bad_samples", "val_top1")}}
+        return {"exit": rc, "error": errors[-1] if errors else None, "proc": sampled}, records, out
+
+    def trainer(self, name: str, args: list, timeout: float, *, workers: int | None = None, epochs=(1,),
+                warmup: int = 0, sized: bool = True) -> dict:
+        """A train-imagenet run, its window, the CPU over the window and its last epoch. On shards
+        (`workers` given): epochs `epochs` from each one's second round of the workers to its last
+        whole round, logged once a round (gpu_check_report.window); an epoch too short for that is
+        taken whole, a lower bound (the window says so). Synthetic: epoch 1 after `warmup` steps.
+        `sized`: the check's arch, batch and resolutions (a recipe brings its own)."""
+        sz = self.sz
+        base = ["--out", "{out}", "--device", sz.device, "--channels-last"]
+        if sized:
+            base += ["--arch", sz.arch, "--batch-size", sz.batch, "--res", sz.res, "--val-res", sz.val_res,
+                     "--val-crop", sz.val_crop]
+        log = workers if workers else sz.log_interval
+        figures, records, _ = self.launch(name, [*base, "--log-interval", log, *args], timeout,
+                                          entry="imagenet_shards.train.trainer.cli:main")
+        series = figures["proc"].pop("series")
+        start = next((r for r in records if r["kind"] == "start"), {})
+        batch, world = int(start.get("batch_size") or sz.batch), int(start.get("world_size") or 1)
+        if workers:
+            per_epoch = next((r["step"] for r in records if r["kind"] == "epoch"), 0)
+            whole = per_epoch >= 2 * workers
+            w = window(records, batch, world=world, epochs=epochs, skip=workers if whole else 0,
+                       rounds_of=workers if whole else None)
+            w["note"] = None if whole else f"{per_epoch} steps per epoch < 2 rounds of {workers} workers: whole epochs"
+        else:
+            w = window(records, batch, world=world, epochs=(0,), skip=warmup)
+        epoch = [r for r in records if r["kind"] == "epoch"]
+        last = epoch[-1] if epoch else {}
+        ceiling = next((r for r in records if r["kind"] == "ceiling"), {})
+        derived = {"main_cores": cores_between(series, 1, w["t0"], w["t1"]),
+                   "loader_cores": cores_between(series, 2, w["t0"], w["t1"]),
+                   "own_ceiling_img_per_s": ceiling.get("steady_img_per_s")}
+        return {**figures, "window": w, "derived": derived, "start": start, "epoch": {k: last.get(k) for k in (
+            "epoch", "step", "steady_img_per_s", "data_wait_fraction", "first_step_seconds", "main_cpu_fraction",
+            "peak_rss_gib", "pinned_peak_gib", "gpu_mem_gib", "amp_scale", "amp_skipped_steps", "loader",
+            "bad_samples", "val_top1", "ema_val_top1", "res")}}
+
+    def efficiency(self, run: dict, ceiling: float | None, decoder: str) -> dict:
+        d = run["derived"]
+        top = d.get("own_ceiling_img_per_s") or ceiling
+        d["ceiling_img_per_s"] = top
+        img = run["window"]["img_per_s"]
+        d["efficiency"] = img / top if img and top else None
+        data = self.steps.get("data", {})
+        run["decoder"], run["shards"] = decoder, data.get("format", "-")
+        return run
 
 
-def run_check(sz: Sizes, w: Path, smoke: bool) -> dict:
-    c = Check(sz, w, smoke)
-    py = sys.executable
-    data = ["--data", str(w / "shards")]
-    c.step("env", lambda t: environment(sz), cap=60)
-    cores = (c.steps["env"].get("cores") or os.cpu_count() or 1)
-    c.step("data", lambda t: make_data(sz, w, cores, t), cap=120)
-    c.step("ceiling", lambda t: c.trainer("ceiling", ["--synthetic-data", "--limit-batches", sz.ceiling_batches], t),
-           cap=90)
-    c.steps["real"] = {"status": "ok", "runs": {}}
-    for n in sz.workers:
-        c.steps["real"]["runs"][str(n)] = c.step(
-            f"real_w{n}", lambda t, n=n: c.trainer(f"real-w{n}", [*data, "--workers", n], t), cap=90, reserve=150)
-        c.steps.pop(f"real_w{n}")
-    c.step("gpu_decode_loader", lambda t: c.child_json(
-        [py, "scripts/gpu_check_probe.py", "decode", str(w / "shards"), "--device", sz.device, "--batch", str(sz.batch),
-         "--res", str(sz.res), "--workers", str(sz.workers[0]), "--batches", str(sz.probe_batches),
-         "--iters", str(sz.probe_iters)], t), cap=90, reserve=120)
-    c.step("gpu_decode_train", lambda t: c.trainer(
-        "gpu-decode", [*data, "--workers", sz.workers[0], "--gpu-decode"], t, expect_exit=2 if smoke else 0),
-        cap=90, reserve=100)
-    c.step("profile", lambda t: {**c.trainer("profile", [*data, "--workers", sz.workers[0], "--profile",
-                                                         sz.profile_steps, "--limit-batches", sz.profile_steps + 4], t),
-                                 "syncs": json.loads((w / "runs/profile/profile/syncs-rank0.json").read_text())},
-           cap=90, reserve=80)
-    c.step("fp16", lambda t: c.trainer("fp16", ["--synthetic-data", "--amp", "fp16", "--limit-batches",
-                                                sz.fp16_batches], t), cap=60, reserve=70)
-    c.step("bench_loader", lambda t: c.child_json(
-        [py, "-m", "imagenet_shards.train.bench.run", str(w / "shards"), "--workers", str(sz.bench_workers),
-         "--batches", str(sz.bench_batches), "--batch-size", "64", "--res", str(sz.res), "--json"], t),
-        cap=60, reserve=60)
-    c.step("ceiling_compile", lambda t: c.trainer(
-        "ceiling-compile", ["--synthetic-data", "--compile", "--limit-batches", sz.ceiling_batches], t),
-        cap=240, reserve=45)
-    c.step("ceiling_end", lambda t: c.trainer(
-        "ceiling-end", ["--synthetic-data", "--limit-batches", sz.ceiling_batches], t), cap=60)
-    return {"device": f"{sz.device}: {c.steps['env'].get('device_name', '?')}", "mode": "cpu-smoke" if smoke else "gpu",
-            "sizes": dataclasses.asdict(sz), "budget_s": sz.budget_s,
-            "elapsed_s": round(time.perf_counter() - c.start, 1), "steps": c.steps}
+def run_check(c: Check) -> None:
+    sz, w, smoke = c.sz, c.w, c.smoke
+    data = ["--data", w / "shards"]
+    env = c.step("env", lambda t: {**environment(sz.device), "extensions": os.environ.get("GPU_CHECK_EXT", "as found")})
+    cores = env.get("cores") or os.cpu_count() or 1
+    workers = 1 if smoke else max(1, cores - 2)  # train-imagenet's default on CUDA: cores less 2 threads
+    c.result["device"] = f"{sz.device}: {env.get('device_name', '?')}"
+    cpu_decoder = f"{env.get('decoder', '?')}" + (f" (libjpeg-turbo {env['turbo_libjpeg']})" if env.get("turbo_libjpeg") else "")
+    c.runner.warm()  # the server imports torch & co. while the data is made
+    c.step("data", lambda t: make_data(sz, w, cores, t))
+    skip_warmup = min(10, sz.ceiling_batches // 4)
+    ceiling = c.step("ceiling", lambda t: c.trainer("ceiling", ["--synthetic-data", "--epochs", 1, "--limit-batches",
+                                                                sz.ceiling_batches], t, warmup=skip_warmup))
+    top = (ceiling.get("window") or {}).get("img_per_s")
+    two = ["--epochs", 2, "--workers", workers]  # the window: epoch 2, in whole rounds of the workers
+    c.step("real", lambda t: c.efficiency(c.trainer("real", [*data, *two], t, workers=workers), top, cpu_decoder))
+    quiet = 10**6  # logging quiet: no log line (and its host sync) inside the profile
 
+    def profiled(name, amp, t):
+        run = c.trainer(name, [*data, "--workers", workers, "--amp", amp, "--epochs", 1, "--profile", sz.profile_steps,
+                               "--limit-batches", sz.profile_batches, "--log-interval", quiet], t)  # no window: one record
+        syncs = json.loads((w / "runs" / name / "profile/syncs-rank0.json").read_text())
+        run["profile_steady"] = profile_steady(syncs.pop("per_step"), total=sz.profile_batches, log_interval=quiet)
+        return {**run, "syncs": syncs}
 
-def save(result: dict, text: str, w: Path, out: Path | None) -> None:
-    (w / "gpu_check.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    (w / "gpu_check.md").write_text(text)
-    if out is None:
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(w / "gpu_check.json", out / "gpu_check.json")
-    shutil.copy(w / "gpu_check.md", out / "gpu_check.md")
-    with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:  # each run's metrics, log and sync counts
-        for run in sorted((w / "runs").glob("*")):
-            for rel in ("metrics.jsonl", "log.txt", "profile/syncs-rank0.json", "profile/summary-rank0.txt"):
-                if (run / rel).exists():
-                    tar.add(run / rel, arcname=f"{run.name}/{rel}")
+    c.step("profile", lambda t: profiled("profile", "bf16", t))
+    c.step("gpu_decode_loader", lambda t: c.child_json("gpu-decode-probe", "gpu_check_probe:main", [
+        "decode", str(w / "shards"), "--src", str(w / "src" / "train"), "--device",
+         sz.device, "--batch", str(sz.batch), "--res", str(sz.res), "--workers", str(workers), "--batches",
+         str(sz.probe_batches), "--skip", str(min(5, sz.probe_batches - 1)), "--iters", str(sz.probe_iters)], t))
+    if smoke:  # --gpu-decode needs CUDA; the trainer's refusal is tested in tests/train/trainer/test_trainer.py
+        c.steps["gpu_decode_train"] = {"status": "not run on the CPU: --gpu-decode needs CUDA"}
+    else:
+        c.step("gpu_decode_train", lambda t: c.efficiency(c.trainer(
+            "gpu-decode", [*data, *two, "--gpu-decode"], t, workers=workers), top, "nvJPEG (--gpu-decode)"))
+    c.step("ddp", lambda t: ddp_step(c, data, t))
+    for key, name in RECIPES.items():
+        c.step(key, lambda t, key=key, name=name: recipe_step(c, key, name, data, workers, cpu_decoder, t))
+    c.step("fp16", lambda t: profiled("fp16", "fp16", t))
+    c.step("bench_loader", lambda t: bench_step(c, w, top, t))
+    c.step("ceiling_end", lambda t: drift(c.trainer("ceiling-end", ["--synthetic-data", "--epochs", 1, "--limit-batches",
+                                                                     sz.ceiling_batches], t, warmup=skip_warmup), top))
+    c.step("augment_compile", lambda t: compiled(c.trainer("augment-compile", [
+        *data, "--workers", workers, "--epochs", 1, "--limit-batches", sz.compile_batches, "--compile", "--mixup", 0.2,
+        "--cutmix", 1.0, "--random-erase", 0.25, "--ema", 0.999, "--measure-ceiling", sz.ceiling_batches], t,
+        warmup=min(10, sz.compile_batches // 4)), top))
 
 
 def main(argv=None) -> int:
@@ -308,22 +312,29 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", type=Path, default=None, help="default /tmp/gpu-check (or /tmp/gpu-check-smoke)")
     p.add_argument("--out", type=Path, default=os.environ.get("OUT") or None,
                    help="also copy gpu_check.json, the table and the runs' metrics here (default $OUT)")
+    p.add_argument("--steps", help=f"only these steps, comma-separated (of {', '.join(STEPS)}): e.g. a second "
+                                   f"call for what a first one did not reach")
     args = p.parse_args(argv)
     missing = missing_modules()
     if missing:
-        print(f"error: this Python ({sys.executable}) cannot import {', '.join(missing)}: run "
-              f"scripts/fetch_gpu_wheels.sh on a machine with a registry and carry .whl/ (scripts/gpu_check.sh "
-              f"installs them)", file=sys.stderr)
+        print(f"error: this Python ({sys.executable}) cannot import {', '.join(missing)}: the check needs torch, "
+              f"torchvision, numpy, Pillow and tqdm (the GPU machine's image has them)", file=sys.stderr)
+        return 2
+    only = set(args.steps.split(",")) if args.steps else None
+    unknown = sorted((only or set()) - set(STEPS))
+    if unknown:
+        print(f"error: unknown step(s) {', '.join(unknown)} (steps: {', '.join(STEPS)})", file=sys.stderr)
         return 2
     sz = SMOKE if args.cpu_smoke else REAL
     w = args.workdir or Path("/tmp/gpu-check-smoke" if args.cpu_smoke else "/tmp/gpu-check")
     w.mkdir(parents=True, exist_ok=True)
-    result = run_check(sz, w, args.cpu_smoke)
-    text = table(result)
-    print(text)
-    save(result, text, w, args.out)
-    failed = [n for n, s in result["steps"].items() if not str(s.get("status", "")).startswith(("ok", "skipped"))]
-    failed += [f"real {n}" for n, s in result["steps"]["real"]["runs"].items() if s["status"] != "ok"]
+    check = Check(sz, w, args.cpu_smoke, args.out, only)
+    run_check(check)
+    check.result["finished"] = True
+    check.save()
+    print((w / "gpu_check.md").read_text())
+    failed = [n for n, s in check.steps.items() if not str(s.get("status", "")).startswith(("ok", "skipped", "not "))]
+    failed += [n for n, s in check.steps.items() if s.get("verdict") == "FAILED"]
     if failed:
         say(f"failed steps: {', '.join(failed)}")
     return 1 if failed else 0

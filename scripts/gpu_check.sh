@@ -1,50 +1,69 @@
 #!/usr/bin/env bash
-# The GPU check of the trainer (issue 11): one call of at most 8 minutes on one GPU + 16 cores. It
-# prints one table and writes WORKDIR/gpu_check.json, and with OUT set also $OUT/gpu_check.json,
-# $OUT/gpu_check.md (the table) and $OUT/runs.tar.gz (each run's metrics.jsonl, log, sync counts).
+# The GPU check of the trainer (issues 11, 21): one call of at most 6.5 minutes, install included, on
+# one GPU + 16 cores. It prints one table and rewrites WORKDIR/gpu_check.json and gpu_check.md after
+# every step, with OUT set also $OUT/gpu_check.json, $OUT/gpu_check.md and $OUT/runs.tar.gz (each
+# run's metrics.jsonl, log, sync counts, rank results): a call cut short returns what it finished.
 #
-#   scripts/gpu_check.sh [--cpu-smoke] [WORKDIR]     (default /tmp/gpu-check, or /tmp/gpu-check-smoke)
+#   scripts/gpu_check.sh [--cpu-smoke] [WORKDIR] [-- gpu_check.py options, e.g. --steps ddp,augment_compile]
+#
+# The one device call (docs/training.md, "GPU check"). Here, first:
+#   .venv/bin/python scripts/build_gpu_wheel.py     # -> .gpu/imagenet_shards_gpu_ext-*.whl (~0.3 MB),
+#                                                   #    /.gpu/ added to .git/info/exclude
+# then, with the device tool:
+#   run(command="scripts/gpu_check.sh", carry=[".gpu"], timeout_s=420)
+# and copy the returned gpu_check.md into docs/benchmarks.md with the date; give the machine back.
 #
 # --cpu-smoke: every step with tiny sizes on the CPU (tests/scripts/test_gpu_check.py runs it).
-# What this wrapper does before scripts/gpu_check.py (docs/training.md, "GPU check"):
-#   - wheels in .whl/ (scripts/fetch_gpu_wheels.sh: webdataset, braceexpand, which prepare-shards
-#     needs and the GPU machine lacks; it reaches no registry) are installed into WORKDIR/site;
-#   - the imagenet_shards namespace is mapped onto this tree by a folder of symlinks (no install);
-#   - the turbo decoder is built if it does not import and cc, jpeglib.h and Python.h are there.
-# A module still missing after that ends the check at once: `error: ... cannot import NAME`.
+# What this wrapper does before scripts/gpu_check.py:
+#   - if the C extensions are not in the tree for this Python (the GPU machine: Python 3.12, no libjpeg
+#     headers), the carried wheel .gpu/*.whl (abi3, libjpeg-turbo beside each module) is unpacked into
+#     the tree; without one, both are built with cc if jpeglib.h and Python.h are there;
+#   - the imagenet_shards namespace is mapped onto this tree by a folder of symlinks (no install).
+# GPU_CHECK_EXT tells the check which of these happened; GPU_CHECK_T0 when the call began.
 # Knob: PYTHON (default python3).
 set -euo pipefail
+export GPU_CHECK_T0=${GPU_CHECK_T0:-$(date +%s.%N)}
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 SMOKE=()
 if [ "${1:-}" = "--cpu-smoke" ]; then SMOKE=(--cpu-smoke); shift; fi
-W=${1:-/tmp/gpu-check${SMOKE[0]:+-smoke}}
+W=/tmp/gpu-check${SMOKE[0]:+-smoke}
+if [ $# -gt 0 ] && [[ "$1" != -* ]]; then W=$1; shift; fi
+[ "${1:-}" = "--" ] && shift
 PYTHON=${PYTHON:-python3}
 mkdir -p "$W"
 export PYTHONUNBUFFERED=1
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" .whl/*.whl
-  export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
 
 mkdir -p "$W/shim/imagenet_shards"
 for d in pipeline train manifests; do ln -sfn "$REPO/$d" "$W/shim/imagenet_shards/$d"; done
 export PYTHONPATH="$W/shim${PYTHONPATH:+:$PYTHONPATH}"
 
-TURBO="prebuilt"
-if ! "$PYTHON" -c "import importlib.util as u, sys; sys.exit(u.find_spec('imagenet_shards.train.loader._jpegcrop') is None)"; then
+# Is each extension there for this Python? (file names only: importing the package would import torch)
+have_ext() {  # $1: folder, $2: module name
+  "$PYTHON" - "$1" "$2" <<'PY'
+import importlib.machinery, pathlib, sys
+folder, name = sys.argv[1], sys.argv[2]
+sys.exit(0 if any((pathlib.Path(folder) / (name + s)).exists() for s in importlib.machinery.EXTENSION_SUFFIXES) else 1)
+PY
+}
+EXT="in the tree (this Python's build)"
+if ! have_ext train/loader _jpegcrop || ! have_ext pipeline/prepare _jpegtran; then
+  WHEEL=$(ls .gpu/imagenet_shards_gpu_ext-*.whl 2>/dev/null | head -1 || true)
   INC=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
   SUFFIX=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-  if ! command -v cc >/dev/null; then TURBO="not built: no C compiler"
-  elif [ ! -f "$INC/Python.h" ]; then TURBO="not built: no Python.h"
+  if [ -n "$WHEEL" ]; then
+    "$PYTHON" scripts/build_gpu_wheel.py --unpack "$WHEEL" --into "$REPO" >/dev/null
+    EXT="carried wheel $(basename "$WHEEL") (abi3, libjpeg-turbo beside the modules)"
+  elif ! command -v cc >/dev/null; then EXT="none: no carried wheel and no C compiler"
+  elif [ ! -f "$INC/Python.h" ]; then EXT="none: no carried wheel and no Python.h"
   elif ! printf '#include <stdio.h>\n#include <jpeglib.h>\n' | cc -E -x c - >/dev/null 2>&1; then
-    TURBO="not built: no jpeglib.h"
-  elif cc -O3 -shared -fPIC -I"$INC" train/loader/_jpegcrop.c -ljpeg -o "train/loader/_jpegcrop$SUFFIX" \
-      2>"$W/turbo-build.log"; then TURBO="built here"
-  else TURBO="not built: compile failed ($W/turbo-build.log)"
+    EXT="none: no carried wheel and no jpeglib.h (build one here: scripts/build_gpu_wheel.py)"
+  elif cc -O3 -shared -fPIC -I"$INC" train/loader/_jpegcrop.c -ljpeg -o "train/loader/_jpegcrop$SUFFIX" 2>"$W/ext-build.log" \
+    && cc -O3 -shared -fPIC -I"$INC" pipeline/prepare/_jpegtran.c -ljpeg -o "pipeline/prepare/_jpegtran$SUFFIX" \
+      2>>"$W/ext-build.log"; then EXT="built here with cc against the system libjpeg"
+  else EXT="none: the build failed ($W/ext-build.log)"
   fi
 fi
-export GPU_CHECK_TURBO_BUILD="$TURBO"
+export GPU_CHECK_EXT="$EXT"
 
-exec "$PYTHON" scripts/gpu_check.py ${SMOKE[@]+"${SMOKE[@]}"} --workdir "$W"
+exec "$PYTHON" scripts/gpu_check.py ${SMOKE[@]+"${SMOKE[@]}"} --workdir "$W" "$@"

@@ -1,10 +1,18 @@
 """What the GPU check measures from outside a run, and its one table (used by scripts/gpu_check.py).
 
-- `ProcSampler`: a run's main-process CPU use (utime + stime from /proc/PID/stat), its peak RSS, its
-  loader workers' memory (PSS, so shared pages are not counted once per worker) and /dev/shm use,
-  sampled every 0.25 s while it runs: per rank, so the figures scale to 8 ranks.
-- `steady`: img/s and data-wait from a run's train_interval records after warm-up, not whole-epoch
-  figures that include the workers' start-up and first refill.
+- `ProcSampler`: a run's main-process CPU use (utime + stime from /proc/PID/stat), its loader workers'
+  CPU (the same, summed over its child processes), peak RSS, the workers' memory (PSS, so shared pages
+  are not counted once per worker) and /dev/shm use, sampled every 0.25 s while it runs, kept as a
+  series so the CPU of any time window can be read back: per rank, so the figures scale to 8 ranks.
+- `window`: img/s and data-wait of a run from its train_interval records over a measurement window.
+  For a run on real shards that is its second epoch, from the step at which every loader worker has
+  delivered its first batch: at the start of the first epoch the workers fill workers x
+  prefetch_factor batches while the first (slow: autotuning) step runs, and the trainer then eats that
+  store at the model's speed until it is gone, which takes store / (1 - efficiency) steps (a 60-batch
+  store at a true 0.74 lasts 230 steps): a window in the first epoch, even after workers x prefetch
+  + 10 steps, reads high. An epoch starts with the store empty (the workers begin its plan when the
+  trainer asks for it), so the second epoch shows the rate the loader sustains.
+- `profile_steady`: the --profile per-step counts over the steady steps only (no warm-up, no log line).
 """
 
 from __future__ import annotations
@@ -39,6 +47,11 @@ def _shm_used() -> int | None:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+def _stat(pid: int) -> list[str] | None:
+    stat = _read(f"/proc/{pid}/stat")
+    return None if stat is None else stat[stat.rindex(")") + 2:].split()
+
+
 class ProcSampler:
     """Samples process `pid` (the run's main process) and its child processes until `stop()`."""
 
@@ -47,40 +60,39 @@ class ProcSampler:
         self.tick = os.sysconf("SC_CLK_TCK")
         self.shm_base = _shm_used()
         self.start = time.perf_counter()
-        self.first_cpu = self.last_cpu = None
+        self.series: list[tuple[float, float, float]] = []  # (unix time, main CPU s, children's CPU s)
         self.rss = self.workers_pss = self.shm = 0
         self.workers = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _cpu(self) -> float | None:
-        stat = _read(f"/proc/{self.pid}/stat")
-        if stat is None:
-            return None
-        fields = stat[stat.rindex(")") + 2:].split()
+    def _cpu(self, fields: list[str]) -> float:
         return (int(fields[11]) + int(fields[12])) / self.tick
 
-    def _children(self) -> list[int]:
+    def _children(self) -> list[tuple[int, list[str]]]:
+        try:  # each thread's children list (Linux 3.5+): no scan of every process on the machine
+            pids = {int(p) for t in os.listdir(f"/proc/{self.pid}/task")
+                    for p in (_read(f"/proc/{self.pid}/task/{t}/children") or "").split()}
+        except OSError:
+            pids = {int(e) for e in os.listdir("/proc") if e.isdigit()}
         kids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                stat = _read(f"/proc/{entry}/stat")
-                if stat and int(stat[stat.rindex(")") + 2:].split()[1]) == self.pid:
-                    kids.append(int(entry))
+        for pid in sorted(pids):
+            fields = _stat(pid)
+            if fields and int(fields[1]) == self.pid:
+                kids.append((pid, fields))
         return kids
 
     def _sample(self) -> None:
-        cpu = self._cpu()
-        if cpu is None:
+        fields = _stat(self.pid)
+        if fields is None:
             return
-        self.first_cpu = cpu if self.first_cpu is None else self.first_cpu
-        self.last_cpu = cpu
-        self.rss = max(self.rss, _kib(_read(f"/proc/{self.pid}/status"), "VmRSS") * 1024)
         kids = self._children()
+        self.series.append((time.time(), self._cpu(fields), sum(self._cpu(f) for _, f in kids)))
+        self.rss = max(self.rss, _kib(_read(f"/proc/{self.pid}/status"), "VmRSS") * 1024)
         self.workers = max(self.workers, len(kids))
         self.workers_pss = max(self.workers_pss, sum(
-            _kib(_read(f"/proc/{k}/smaps_rollup"), "Pss") * 1024 for k in kids))
+            _kib(_read(f"/proc/{k}/smaps_rollup"), "Pss") * 1024 for k, _ in kids))
         used = _shm_used()
         if used is not None and self.shm_base is not None:
             self.shm = max(self.shm, used - self.shm_base)
@@ -94,33 +106,84 @@ class ProcSampler:
         """Stop sampling; the figures over the run's life (CPU: cores' worth, 1.0 = one core busy)."""
         self._stop.set()
         self._thread.join()
-        wall = time.perf_counter() - self.start
-        cpu = None if self.first_cpu is None else (self.last_cpu - self.first_cpu) / max(wall, 1e-9)
         gib = 2**30
-        return {"main_cpu_fraction": cpu, "main_peak_rss_gib": round(self.rss / gib, 3),
+        return {"main_cpu_fraction": cores_between(self.series, 1), "main_peak_rss_gib": round(self.rss / gib, 3),
                 "workers": self.workers, "workers_peak_pss_gib": round(self.workers_pss / gib, 3),
-                "shm_peak_gib": round(self.shm / gib, 3)}
+                "shm_peak_gib": round(self.shm / gib, 3), "series": [tuple(round(v, 3) for v in s) for s in self.series]}
 
 
-def steady(records: list[dict], batch: int) -> dict:
-    """img/s and data-wait fraction over the train_interval records that start after warm-up (the
-    first min(10, steps/4) steps, as the trainer's steady_img_per_s)."""
-    intervals = [r for r in records if r.get("kind") == "train_interval"]
-    if not intervals:
-        return {"img_per_s": None, "data_wait_fraction": None, "intervals": 0}
-    skip = min(10, intervals[-1]["step"] // 4)
-    prev, images, span, wait, used = 0, 0.0, 0.0, 0.0, 0
-    for r in intervals:
-        steps, start = r["step"] - prev, prev
-        prev = r["step"]
-        if start < skip or not r.get("img_per_s"):
-            continue
-        n = steps * batch
-        seconds = n / r["img_per_s"]
-        images, span, wait, used = images + n, span + seconds, wait + r["data_wait_fraction"] * seconds, used + 1
-    if not used:
-        return {"img_per_s": None, "data_wait_fraction": None, "intervals": 0}
-    return {"img_per_s": images / span, "data_wait_fraction": wait / span, "intervals": used}
+def cores_between(series: list, column: int, t0: float | None = None, t1: float | None = None) -> float | None:
+    """Cores' worth of CPU (column 1: the main process, 2: its children) between unix times t0 and t1
+    (default: the whole series), from the samples nearest inside that span."""
+    inside = [s for s in series if (t0 is None or s[0] >= t0) and (t1 is None or s[0] <= t1)]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    return (inside[-1][column] - inside[0][column]) / (inside[-1][0] - inside[0][0])
+
+
+def window(records: list[dict], batch: int, *, world: int = 1, epochs=(1,), skip: int = 0,
+           rounds_of: int | None = None) -> dict:
+    """img/s and data-wait over the train_interval records of `epochs` (0-based) whose interval
+    starts `skip` or more steps into its epoch (`batch` per rank, `world` ranks: the records' img/s
+    counts all of them); with `rounds_of` (the worker count) the window also ends on a whole round
+    of the workers: an epoch's last, partial round takes a round's time for fewer batches, which
+    reads low in a short epoch (log every `rounds_of` steps so that a record falls there). Returns
+    the window (epochs, steps, images, seconds, unix start and end) with the figures; img/s None when
+    no interval qualifies."""
+    out = {"epochs": list(epochs), "skip_steps": skip, "rounds_of": rounds_of, "steps": 0, "images": 0,
+           "seconds": 0.0, "intervals": 0, "img_per_s": None, "data_wait_fraction": None, "t0": None, "t1": None}
+    ends: dict = {}  # epoch -> its last global step
+    for r in records:
+        if r.get("kind") in ("train_interval", "epoch") and "epoch" in r and "step" in r:
+            ends[r["epoch"]] = max(ends.get(r["epoch"], 0), r["step"])
+    wait = 0.0
+    for e in epochs:
+        first = max([v for k, v in ends.items() if k < e], default=0)  # global step before the epoch's first
+        last = ends.get(e, first)
+        if rounds_of:
+            last = first + skip + rounds_of * ((last - first - skip) // rounds_of)
+        prev = first
+        for r in (r for r in records if r.get("kind") == "train_interval" and r.get("epoch") == e):
+            steps, start, prev = r["step"] - prev, prev, r["step"]
+            if start - first < skip or r["step"] > last or not r.get("img_per_s") or steps <= 0:
+                continue
+            images = steps * batch * world
+            seconds = images / r["img_per_s"]
+            out["steps"] += steps
+            out["images"] += images
+            out["seconds"] += seconds
+            out["intervals"] += 1
+            wait += r["data_wait_fraction"] * seconds
+            if out["t0"] is None:
+                out["t0"] = r["time"] - seconds
+            out["t1"] = r["time"]
+    if out["seconds"] > 0:
+        out["img_per_s"] = out["images"] / out["seconds"]
+        out["data_wait_fraction"] = wait / out["seconds"]
+    return out
+
+
+def engine_sync_steps(total: int, log_interval: int) -> set[int]:
+    """The ProfilerStep numbers in which the training loop (engine.train_one_epoch) syncs by design:
+    after step 1 (first-step time), before step warm-up + 1 (the steady clock starts), and at each log
+    line (every log_interval steps and the last). ProfilerStep#N holds the end of step N and the
+    body of step N + 1."""
+    warmup = min(10, total // 4)
+    return {1, warmup, total} | {k for k in range(1, total + 1) if k % log_interval == 0}
+
+
+def profile_steady(per_step: list[dict], *, total: int, log_interval: int) -> dict:
+    """Host syncs, host reads and D2H copies per step over the steady profiled steps: after the
+    engine's warm-up and without its own sync points (engine_sync_steps)."""
+    warmup = min(10, total // 4)
+    skip = engine_sync_steps(total, log_interval)
+    steady = [s for s in per_step if s["step"] > warmup and s["step"] not in skip]
+    n = len(steady)
+    out = {"steps": [s["step"] for s in steady], "profiled_steps": len(per_step)}
+    for key in ("host_syncs", "item_calls", "dtoh_copies", "other_thread_syncs"):
+        out[f"{key}_per_step"] = sum(s[key] for s in steady) / n if n else None
+    out["step_ms_median"] = sorted(s["ms"] for s in steady)[n // 2] if n else None
+    return out
 
 
 # ----------------------------------------------------------------------------- the table
@@ -133,87 +196,101 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.0f} %"
 
 
-def _run_row(name: str, s: dict, ceiling: float | None) -> tuple:
+def _status_row(name: str, s: dict) -> tuple:
+    return name, s.get("status", "not run"), ""
+
+
+def _run_row(name: str, s: dict) -> tuple:
+    """A training run's row: its window figures (all in the step's JSON as derived)."""
     if s.get("status") != "ok":
-        return name, s.get("status", "-"), ""
-    img = s["steady"]["img_per_s"] or s["epoch"]["steady_img_per_s"]
-    p, e = s["proc"], s["epoch"]
-    parts = [f"data-wait {_pct(s['steady']['data_wait_fraction'])}",
-             f"main CPU {_pct(e.get('main_cpu_fraction'))} (whole run {_pct(p['main_cpu_fraction'])})",
-             f"RSS main {_f(p['main_peak_rss_gib'], '.2f')} GiB + {p['workers']} workers PSS "
-             f"{_f(p['workers_peak_pss_gib'], '.2f')} GiB", f"/dev/shm {_f(p['shm_peak_gib'], '.2f')} GiB",
-             f"pinned {_f(e.get('pinned_peak_gib'), '.2f')} GiB", f"GPU {_f(e.get('gpu_mem_gib'), '.1f')} GiB"]
-    if ceiling and img:
-        parts.insert(0, f"efficiency {img / ceiling:.3f}")
-    return name, f"{_f(img)} img/s", ", ".join(parts)
+        return _status_row(name, s)
+    w, d = s.get("window") or {}, s.get("derived") or {}
+    parts = [f"efficiency {_f(d.get('efficiency'), '.3f')} vs {_f(d.get('ceiling_img_per_s'))} img/s"
+             if d.get("efficiency") is not None else "efficiency - (no ceiling)",
+             f"data-wait {_pct(w.get('data_wait_fraction'))}",
+             f"main CPU {_f(d.get('main_cores'), '.2f')} cores, loader {_f(d.get('loader_cores'), '.1f')} cores",
+             f"window: epoch {'+'.join(str(e + 1) for e in w.get('epochs', []))} from step {w.get('skip_steps')}, "
+             f"{w.get('steps')} steps",
+             f"decoder {s.get('decoder', '-')}, shards {s.get('shards', '-')}"]
+    p = s.get("proc") or {}
+    parts.append(f"RSS {_f(p.get('main_peak_rss_gib'), '.2f')} GiB + {p.get('workers', '-')} workers PSS "
+                 f"{_f(p.get('workers_peak_pss_gib'), '.2f')} GiB, /dev/shm {_f(p.get('shm_peak_gib'), '.2f')} GiB")
+    return name, f"{_f(w.get('img_per_s'))} img/s", "; ".join(parts)
 
 
 def table(result: dict) -> str:
-    """The check as one markdown table (measurement | value | detail)."""
+    """The check as one markdown table (measurement | value | detail), from the steps so far."""
     st = result["steps"]
     env, data = st.get("env", {}), st.get("data", {})
-    ceiling = (st.get("ceiling", {}).get("steady") or {}).get("img_per_s")
     rows = [("device", result["device"], f"{result['mode']}, {env.get('cores', '-')} cores, /dev/shm "
-                                         f"{env.get('shm_total_gib', '-')} GiB"),
-            ("software", env.get("torch") or "-", f"{env.get('torchvision', '-')}, {env.get('pillow', '-')}, "
-                                                   f"decoder {env.get('decoder', '-')} (turbo: libjpeg-turbo "
-                                                   f"{env.get('turbo_libjpeg') or '-'}, {env.get('turbo_build', '-')}), "
-                                                   f"Python {env.get('python', '-')}"),
+                                         f"{env.get('shm_total_gib', '-')} GiB, NVML {env.get('nvml', '-')}"),
+            ("software", env.get("torch") or env.get("status", "-"),
+             f"torchvision {env.get('torchvision', '-')}, {env.get('pillow', '-')}, Python {env.get('python', '-')}; "
+             f"decoder {env.get('decoder', '-')} (libjpeg-turbo {env.get('turbo_libjpeg') or '-'}, "
+             f"{env.get('extensions', '-')})"),
             ("data", f"{data.get('images', '-')} JPEGs", f"{_f(data.get('mean_kb'), '.0f')} KB mean, "
                                                          f"{_pct(data.get('progressive_fraction'))} progressive, "
-                                                         f"{data.get('status', '-')}")]
-    for name, key in (("ceiling (synthetic, eager)", "ceiling"), ("ceiling, --compile", "ceiling_compile"),
-                      ("ceiling at the end", "ceiling_end")):
+                                                         f"shards: {data.get('format', '-')}; {data.get('status', '-')}")]
+    for name, key in (("ceiling (synthetic, eager)", "ceiling"), ("ceiling at the end", "ceiling_end")):
         s = st.get(key, {})
         if s.get("status") != "ok":
-            rows.append((name, s.get("status", "-"), ""))
+            rows.append(_status_row(name, s))
             continue
-        img = s["steady"]["img_per_s"] or s["epoch"]["steady_img_per_s"]
-        detail = f"first step {_f(s['epoch']['first_step_seconds'], '.1f')} s"
-        if key == "ceiling_compile" and st.get("ceiling", {}).get("status") == "ok":
-            eager = st["ceiling"]["epoch"]["first_step_seconds"] or 0
-            detail += f" (compile ~{_f((s['epoch']['first_step_seconds'] or 0) - eager, '.0f')} s)"
-        if key == "ceiling_end" and ceiling and img:
-            detail += f", drift {100 * (img / ceiling - 1):+.1f} % vs the first"
-        rows.append((name, f"{_f(img)} img/s", detail))
-    for n, s in st.get("real", {}).get("runs", {}).items():
-        rows.append(_run_row(f"real loader, {n} workers", s, ceiling))
+        w, d = s["window"], s.get("derived") or {}
+        detail = f"steps {w['skip_steps'] + 1}-{w['skip_steps'] + w['steps']}, first step {_f(s['epoch'].get('first_step_seconds'), '.1f')} s"
+        if d.get("drift") is not None:
+            detail += f", drift {100 * d['drift']:+.1f} % vs the first"
+        rows.append((name, f"{_f(w['img_per_s'])} img/s", detail))
+    rows.append(_run_row("real loader", st.get("real", {})))
     b = st.get("bench_loader", {})
-    per = b.get("images_per_s_per_worker")
-    need = f", the ceiling needs ~{ceiling / per:.1f} workers" if per and ceiling else ""
-    rows.append(("bench-loader per worker", f"{_f(per)} img/s" if per else b.get("status", "-"),
-                 f"{b.get('workers', '-')} workers, {b.get('decoder', '-')}{need}"))
-    pr = st.get("profile", {})
-    sy = pr.get("syncs") or {}
-    rows.append(("host syncs (--profile)", f"{_f(sy.get('host_syncs_per_step'), '.2f')} /step" if sy else
-                 pr.get("status", "-"), f"DtoH copies {_f(sy.get('dtoh_copies_per_step'), '.2f')} /step, H2D copies "
-                 f"{sy.get('htod_copies', '-')} overlapping kernels {_pct(sy.get('htod_overlap_fraction'))}"))
+    rows.append(("bench-loader per worker", f"{_f(b.get('images_per_s_per_worker'))} img/s" if b.get("status") == "ok"
+                 else b.get("status", "not run"), f"{b.get('workers', '-')} workers, {b.get('decoder', '-')}; "
+                 f"the ceiling needs ~{_f((b.get('derived') or {}).get('workers_for_ceiling'), '.1f')} workers"))
+    for name, key in (("host syncs, bf16 (--profile)", "profile"), ("host syncs, fp16 + GradScaler", "fp16")):
+        s = st.get(key, {})
+        if s.get("status") != "ok":
+            rows.append(_status_row(name, s))
+            continue
+        p, e = s["profile_steady"], s.get("epoch") or {}
+        extra = f", final scale {_f(e.get('amp_scale'), '.0f')}, skipped {e.get('amp_skipped_steps')}" if key == "fp16" else ""
+        rows.append((name, f"{_f(p['host_syncs_per_step'], '.2f')} /step",
+                     f"over {len(p['steps'])} steady steps: item() {_f(p['item_calls_per_step'], '.2f')}, D2H copies "
+                     f"{_f(p['dtoh_copies_per_step'], '.2f')}, other threads' syncs {_f(p['other_thread_syncs_per_step'], '.2f')} "
+                     f"/step; H2D overlap {_pct(s['syncs'].get('htod_overlap_fraction'))}; step {_f(p['step_ms_median'], '.1f')} ms{extra}"))
     g = st.get("gpu_decode_loader", {})
-    t, pb = g.get("timing") or {}, g.get("probe") or {}
-    rows.append(("--gpu-decode loader", f"{_f(t.get('img_per_s'))} img/s" if t else g.get("status", "-"),
-                 f"per batch: wait {_f(t.get('wait_ms_per_batch'), '.1f')} ms, decode "
-                 f"{_f(t.get('decode_ms_per_batch'), '.1f')} ms, crop {_f(t.get('crop_ms_per_batch'), '.1f')} ms; "
-                 f"baseline (hardware path) {t.get('hardware_decodes', '-')}, other (host path) {t.get('host_decodes', '-')}"))
-    if pb:
-        d, u = pb["drained"], pb["not_drained"]
-        rows.append(("corruption probe", "ok" if pb["ok"] else "FAILED",
-                     f"drained: {d['corrupted_decodes']}/{d['iterations']} corrupted, {d['wrong_pending_sums']} wrong "
-                     f"sums; not drained: {u['corrupted_decodes']}/{u['iterations']}, {u['wrong_pending_sums']}; "
-                     f"mean |GPU - CPU decoder| {d['mean_abs_diff_vs_cpu_max']:.2f} (tolerance "
-                     f"{pb['tolerance_mean_abs_diff']})"))
-    gt = st.get("gpu_decode_train", {})
-    if gt.get("status") == "ok" and gt.get("exit") == 2:
-        rows.append(("--gpu-decode training", "refused on the CPU (expected)", gt.get("error") or ""))
+    if g.get("status") == "ok":
+        t, nv, gr = g["timing"], g.get("nvml") or {}, g.get("grid") or {}
+        rows.append(("--gpu-decode loader", f"{_f(t['img_per_s'])} img/s",
+                     f"batches {t['timed_from']}-{t['batches']}: per batch wait {_f(t['wait_ms_per_batch'], '.1f')} ms, "
+                     f"decode {_f(t['decode_ms_per_batch'], '.1f')} ms, crop {_f(t['crop_ms_per_batch'], '.1f')} ms; "
+                     f"JPEG engine (NVML) {nv.get('summary', '-')}; grid {_f(gr.get('grid_ms'), '.1f')} ms vs no grid "
+                     f"{_f(gr.get('no_grid_ms'), '.1f')} ms per batch"))
+        pb = g["probe"]
+        rows.append(("stream-safety probe", "ok" if pb["ok"] else "FAILED",
+                     "; ".join(f"{m}: {pb[m]['corrupted_decodes']}/{pb[m]['iterations']} corrupted, "
+                               f"{pb[m]['wrong_pending_sums']} wrong sums" for m in pb["modes"])
+                     + f"; mean |GPU - CPU decoder| {pb['mean_abs_diff_vs_cpu_max']:.2f} (tolerance {pb['tolerance']})"))
     else:
-        rows.append(_run_row("--gpu-decode training", gt, ceiling))
-    f16 = st.get("fp16", {})
-    if f16.get("status") == "ok":
-        e = f16["epoch"]
-        rows.append(("fp16 + GradScaler (fused SGD)", f"{_f(f16['steady']['img_per_s'])} img/s",
-                     f"final scale {_f(e.get('amp_scale'), '.0f')}, skipped steps {e.get('amp_skipped_steps')}"))
+        rows.append(_status_row("--gpu-decode loader", g))
+    rows.append(_run_row("--gpu-decode training", st.get("gpu_decode_train", {})))
+    dd = st.get("ddp", {})
+    rows.append(("2-rank DDP, one GPU (gloo)", dd.get("verdict", dd.get("status", "not run")) if dd.get("status") == "ok"
+                 else dd.get("status", "not run"), dd.get("detail", "")))
+    for name, key in (("recipe ffcv-rn50-16", "recipe_rn50"), ("recipe ffcv-rn18-16", "recipe_rn18")):
+        rows.append(_run_row(name, st.get(key, {})))
+    a = st.get("augment_compile", {})
+    if a.get("status") == "ok":
+        d = a.get("derived") or {}
+        rows.append(("--compile, mixup/cutmix/erase/EMA, real data", f"{_f(a['window']['img_per_s'])} img/s",
+                     f"first step {_f(a['epoch'].get('first_step_seconds'), '.1f')} s (compile), compiled ceiling "
+                     f"{_f(d.get('ceiling_img_per_s'))} img/s ({_f(d.get('compile_speedup'), '.2f')}x the eager one), "
+                     f"data-wait {_pct(a['window'].get('data_wait_fraction'))}, EMA val top-1 {_f(a['epoch'].get('ema_val_top1'), '.3f')}"))
     else:
-        rows.append(("fp16 + GradScaler (fused SGD)", f16.get("status", "-"), ""))
+        rows.append(_status_row("--compile, mixup/cutmix/erase/EMA, real data", a))
+    sb = (st.get("ddp") or {}).get("syncbn_compile") or {}
+    rows.append(("SyncBatchNorm + --compile", sb.get("verdict", "not run"), sb.get("detail", "")))
     lines = ["| measurement | value | detail |", "|---|---:|---|"]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    lines.append(f"\n{result['mode']} check: {result['elapsed_s']} s of a {result['budget_s']:.0f} s budget")
+    lines += [f"| {a} | {b} | {str(c).replace('|', '/')} |" for a, b, c in rows]
+    lines.append(f"\n{result['mode']} check: {result['elapsed_s']} s of a {result['budget_s']:.0f} s budget"
+                 f"{'' if result.get('finished') else ' (still running, or cut short)'}")
     return "\n".join(lines) + "\n"

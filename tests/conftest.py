@@ -5,4 +5,5 @@ with the same path; cross-cutting end-to-end tests sit at the top.
 """
 
 pytest_plugins = ["tests.fixtures.synthetic", "tests.fixtures.servers", "tests.fixtures.storage",
-                  "tests.fixtures.trainer", "tests.fixtures.docs"]
+                  "tests.fixtures.trainer", "tests.fixtures.docs", "tests.fixtures.full_imagenet",
+                  "tests.fixtures.slurm"]

@@ -81,6 +81,8 @@ def shrink(line: str) -> str:
         line = re.sub(r"--nproc_per_node[= ]\d+", "--nproc_per_node=1 --standalone", line)
     elif tokens[0] == "make-synthetic-imagenet":
         line += " " + " ".join(TINY_SYNTHETIC)
+    elif tokens[0] == "prepare-shards" and "--holdout-per-class" in tokens:
+        line += " --holdout-per-class 2"  # the docs hold out timm's 40 a class; the playground's classes hold 4
     return line
 
 
@@ -102,7 +104,7 @@ def fresh_folder(playground: Path, tmp_path: Path, *, with_shards: bool = True) 
         if entry.name == "shards":
             if with_shards:
                 shutil.copytree(entry, work / "shards")
-        elif entry.name not in ("hf", "hf-parquet", "expected.json"):
+        elif entry.name not in ("hf", "hf-parquet", "full", "expected.json"):
             (work / entry.name).symlink_to(entry)
     return work
 

@@ -10,6 +10,7 @@ from collections import Counter
 from imagenet_shards.pipeline.audit.observe import SampleObservation, ShardObservation
 from imagenet_shards.pipeline.audit.report import Problem
 from imagenet_shards.pipeline.format.keys import key_for, train_key_wnid
+from imagenet_shards.pipeline.format.manifest import samples_in_tar
 
 SAMPLE_EXTS = ("cls", "jpg", "json")
 JSON_FIELDS = {"label": int, "wnid": str, "filename": str, "width": int, "height": int,
@@ -23,7 +24,8 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
     """The per-sample contract of docs/format.md: members, .cls, json, their agreement, the image bytes.
 
     `adopted` (the manifest's entry for a set prepare-shards adopt took over): the members are the
-    set's own `sample_exts`, and of its .json (another writer's) only `label` and `wnid` are checked."""
+    set's own `sample_exts`, and of its .json (another writer's) only `label` and `wnid` are checked;
+    its images may be in any format (adopt counted them by format; `run` recounts them)."""
     out = []
     exts = adopted["sample_exts"] if adopted else SAMPLE_EXTS
 
@@ -82,7 +84,10 @@ def check_sample(s: SampleObservation, split: str, classes: list[dict], shard: s
             bad("wnid_mismatch", f"train key names class {key_wnid} but json wnid is {meta['wnid']}")
     if meta is not None and not adopted and key_for(meta["filename"]) != s.key:
         bad("key_mismatch", f"json filename {meta['filename']!r} does not give key {s.key}")
-    if "jpg" in counts:
+    if ("jpg" in counts or "webp" in counts) and adopted and "formats" in adopted:  # any format Pillow reads
+        if s.decode_error is not None:
+            bad("undecodable", s.decode_error)
+    elif "jpg" in counts:
         if s.jpg_head != b"\xff\xd8\xff":
             bad("not_jpeg", f".jpg does not start with a JPEG marker ({s.jpg_head!r})")
         if s.decode_error is not None:
@@ -128,7 +133,9 @@ def sample_wnid(s: SampleObservation, classes: list[dict]) -> str | None:
 
 def check_shard(entry: dict, obs: ShardObservation, split: str, classes: list[dict],
                 adopted: dict | None = None) -> list[Problem]:
-    """A listed shard against its manifest entry: present, size, hashes, tar structure, samples, count."""
+    """A listed shard against its manifest entry: present, size, hashes, tar structure, samples, count.
+
+    Samples the entry lists as `excluded` (adopt --exclude-bad) must be there, and are not checked."""
     url = entry["url"]
     if not obs.exists:
         return [Problem("shard_missing", url, None, "listed in the manifest but not there")]
@@ -143,9 +150,14 @@ def check_shard(entry: dict, obs: ShardObservation, split: str, classes: list[di
     if obs.md5 is not None and obs.md5 != entry["md5"]:
         out.append(Problem("shard_md5", url, None, f"md5 {obs.md5}, manifest says {entry['md5']}"))
     out += [Problem(kind, url, key, detail) for kind, key, detail in obs.tar_problems]
+    excluded = set(entry.get("excluded") or ())
     for s in obs.samples:
-        out += check_sample(s, split, classes, url, adopted)
-    if len(obs.samples) != entry["num_samples"]:
-        out.append(Problem("shard_count", url, None,
-                           f"{len(obs.samples)} samples, manifest says {entry['num_samples']}"))
+        if s.key not in excluded:
+            out += check_sample(s, split, classes, url, adopted)
+    if len(obs.samples) != samples_in_tar(entry):
+        out.append(Problem("shard_count", url, None, f"{len(obs.samples)} samples, manifest says "
+                           f"{entry['num_samples']}" + (f" + {len(excluded)} excluded" if excluded else "")))
+    if obs.complete:
+        out += [Problem("sample_missing", url, key, "the manifest lists it as excluded but the shard does not hold it")
+                for key in sorted(excluded - {s.key for s in obs.samples})]
     return out

@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_out", metavar="REPORT.json",
                    help="also write the full report (every problem with shard, key, kind, detail) here")
     p.add_argument("--expect", metavar="NAME",
-                   help="compare totals and class counts with a known dataset: imagenet-1k")
+                   help="compare with a known dataset: imagenet-1k (class table, totals and class counts), or a "
+                        "label space (imagenet-22k, imagenet-12k, imagenet-21k-goog, imagenet-21k-miil, "
+                        "imagenet-21k-miil-w21: the class table is the space's, so every .cls is its WNID's index)")
     p.add_argument("--quiet", action="store_true", help="no progress bar; print only problems and the result")
     storage.add_storage_option(p)
     return p

@@ -21,12 +21,19 @@ PLAN_REASONS = ("duplicate_key", "no_label", "unsafe_key", "not_a_regular_file")
 
 
 def load_expect(name: str) -> tuple[dict, list[str]]:
-    """(facts, sorted WNIDs) of a known dataset for --expect."""
-    if name != "imagenet-1k":
-        raise AuditError(f"unknown --expect {name!r}: the known dataset is imagenet-1k")
-    from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
+    """(facts, WNIDs in label order) of a known dataset for --expect: imagenet-1k's published counts,
+    or a label space of manifests/label-spaces, whose facts are its class table only (the full
+    release's per-class counts are not published, so no count is checked)."""
+    from imagenet_shards.pipeline.format.label_spaces import known_names, label_space
 
-    return imagenet_1k_facts(), [c.wnid for c in imagenet_1k_classes()]
+    if name == "imagenet-1k":
+        from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
+
+        return imagenet_1k_facts(), [c.wnid for c in imagenet_1k_classes()]
+    if name not in known_names():
+        raise AuditError(f"unknown --expect {name!r}: known are {', '.join(known_names())}")
+    space = label_space(name)
+    return {"name": name, "num_classes": space.num_classes, "splits": {}}, list(space.wnids)
 
 
 def touches(subset: dict | None, split: str) -> bool:

@@ -9,7 +9,7 @@ from collections import Counter
 
 from imagenet_shards.pipeline.audit.checks import TEST_SPLIT
 from imagenet_shards.pipeline.audit.report import Problem
-from imagenet_shards.pipeline.format.manifest import info_json, wids_index
+from imagenet_shards.pipeline.format.manifest import LEFT_OUT, info_json, wids_index
 
 
 def _is_hex(x, n: int) -> bool:
@@ -39,7 +39,10 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
             break
     else:
         wnids = [c["wnid"] for c in classes]
-        if wnids != sorted(set(wnids)):
+        if (m.get("label_space") or {}).get("name") == "file":  # a label-space FILE keeps its own order
+            if len(set(wnids)) != len(wnids):
+                bad("class WNIDs are not unique")
+        elif wnids != sorted(set(wnids)):
             bad("class WNIDs are not unique and sorted (label = index of the WNID in sorted order)")
     splits = m.get("splits") if isinstance(m.get("splits"), dict) else {}
     records = {k: m.get(k) if isinstance(m.get(k), list) else [] for k in ("rejected", "skipped")}
@@ -54,8 +57,11 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
         for i, sh in enumerate(s["shards"]):
             if not (isinstance(sh, dict) and isinstance(sh.get("url"), str) and isinstance(sh.get("num_samples"), int)
                     and isinstance(sh.get("bytes"), int) and _is_hex(sh.get("sha256"), 64)
-                    and _is_hex(sh.get("md5"), 32)):
-                bad(f"splits.{name}.shards[{i}] lacks url, num_samples, bytes, sha256 or md5")
+                    and _is_hex(sh.get("md5"), 32)
+                    and all(isinstance(k, str) for k in (sh.get("excluded") if isinstance(sh.get("excluded"), list)
+                                                         else [None] if "excluded" in sh else []))):
+                bad(f"splits.{name}.shards[{i}] lacks url, num_samples, bytes, sha256 or md5 (or its excluded "
+                    "is not a list of keys)")
                 shards_ok = False
                 continue
             absolute = sh["url"].startswith("/") or "://" in sh["url"]  # adopt --out points at the set's own place
@@ -76,14 +82,15 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
         for what in sums:
             if sums[what] != said[what]:
                 bad(f"splits.{name}: {what} add up to {sums[what]}, not {said[what]}", "manifest_inconsistent")
-        excluded = s.get("excluded_by_subset", 0)  # a subset run's inputs left out on purpose
-        if not isinstance(excluded, int):
-            bad(f"splits.{name}.excluded_by_subset is not an integer")
-        elif s["images_in"] != s["num_samples"] + s["num_rejected"] + s["num_skipped"] + excluded:
+        left_out = {k: s[k] for k in LEFT_OUT if k in s}  # inputs a run leaves out on purpose (format/manifest.py)
+        wrong = [k for k, v in left_out.items() if not isinstance(v, int) or isinstance(v, bool)]
+        if wrong:
+            bad(f"splits.{name}.{wrong[0]} is not an integer")
+        elif s["images_in"] != s["num_samples"] + s["num_rejected"] + s["num_skipped"] + sum(left_out.values()):
             bad(f"splits.{name}: images_in {s['images_in']} != num_samples + num_rejected + num_skipped"
-                + (" + excluded_by_subset" if excluded else "")
+                + "".join(f" + {k}" for k in left_out)
                 + f" ({s['num_samples']} + {s['num_rejected']} + {s['num_skipped']}"
-                + (f" + {excluded}" if excluded else "") + ")", "manifest_inconsistent")
+                + "".join(f" + {v}" for v in left_out.values()) + ")", "manifest_inconsistent")
         unknown = sorted(set(s["class_counts"]) - {c.get("wnid") for c in classes if isinstance(c, dict)})
         if unknown:
             bad(f"splits.{name}.class_counts names WNIDs not in the class table: {', '.join(unknown[:5])}",
@@ -98,7 +105,7 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
         want = {"samples": sum(s["num_samples"] for s in splits.values()),
                 "shards": sum(s["num_shards"] for s in splits.values()),
                 "bytes": sum(sh["bytes"] for s in splits.values() for sh in s["shards"]),
-                "images_in": sum(s["images_in"] for s in splits.values()),
+                "images_in": sum(s["images_in"] for s in splits.values() if "held_out_from" not in s),
                 "rejected": len(records["rejected"]), "skipped": len(records["skipped"])}
         for k, v in want.items():
             if totals.get(k) != v:
@@ -174,3 +181,11 @@ def check_class_counts(split: str, manifest_counts: dict, observed: Counter) -> 
         if want != got:
             out.append(Problem("class_count", None, None, f"{split} {wnid}: {got} samples, manifest says {want}"))
     return out
+
+
+def check_format_counts(split: str, manifest_counts: dict, observed: Counter) -> list[Problem]:
+    """An adopted split's images per format, read from its shards, against the manifest's
+    `adopted.formats` (what adopt counted): a swapped-in image of another format shows here."""
+    return [Problem("format_count", None, None, f"{split}: {got} {fmt or 'unreadable'} images, manifest says {want}")
+            for fmt in sorted(set(manifest_counts) | set(observed), key=str)
+            if (want := manifest_counts.get(fmt, 0)) != (got := observed.get(fmt, 0))]

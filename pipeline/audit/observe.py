@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
+from imagenet_shards.pipeline.prepare.image_formats import image_format_name
+
+try:
+    from imagenet_shards.pipeline.prepare import _jpegtran
+except ImportError:  # not built: --deep decodes with Pillow only, which does not see libjpeg's warnings
+    _jpegtran = None
 
 DIGEST_BYTES = 16
 REGULAR_TYPES = (b"0", b"\0")  # a shard holds regular files only (tar type 0, or NUL in old headers)
@@ -28,6 +34,7 @@ class SampleObservation:
     jpg_head: bytes = b""
     jpg_size: int = 0
     digest: bytes = b""  # of the stored image bytes (sha1, truncated), for duplicate detection
+    image_format: str | None = None  # `image_format_name`: recounted against an adopted set's formats
     decoded: tuple | None = None  # deep: (format, mode, width, height)
     decode_error: str | None = None
 
@@ -46,14 +53,30 @@ class ShardObservation:
 
 
 def decode_image(data: bytes) -> tuple[tuple | None, str | None]:
-    """Fully decode JPEG bytes: ((format, mode, width, height), None) or (None, the decoder's message)."""
-    from PIL import Image, ImageFile
+    """Fully decode image bytes: ((format, mode, width, height), None) or (None, why not).
 
+    A JPEG is first read by libjpeg itself through prepare-shards' own check (``_jpegtran.check``,
+    when built): it entropy-decodes every block and reports what Pillow drops, libjpeg's warnings
+    about damaged data (it pads with grey and only warns), as ``corrupt: libjpeg: <its message>``.
+    The rule of which warnings count is prepare's (pipeline/format/jpeg_warnings.h). A JPEG that
+    check reads cleanly is not decoded a second time (Pillow reads its header for the format, mode
+    and size)."""
+    from PIL import Image, ImageFile, UnidentifiedImageError
+
+    checked = False  # libjpeg read every block without a complaint: Pillow need not decode it again
+    if _jpegtran is not None and data[:3] == b"\xff\xd8\xff":
+        kind, message = _jpegtran.check(data)
+        if kind == "warning":
+            return None, f"corrupt: libjpeg: {message}"
+        checked = kind is None
     saved, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, False
     try:
         with Image.open(io.BytesIO(data)) as im:
-            im.load()
+            if not (checked and im.format == "JPEG"):
+                im.load()
             return (im.format, im.mode, im.width, im.height), None
+    except UnidentifiedImageError:  # its message names the BytesIO object, not the bytes
+        return None, f"not a recognised image ({len(data)} bytes starting {bytes(data[:8])!r})"
     except Exception as e:  # noqa: BLE001 - any decoder failure is the finding
         return None, f"{type(e).__name__}: {e}"
     finally:
@@ -91,8 +114,9 @@ def observe_samples(members, deep: bool, problems: list):
             current.cls = m.data
         elif ext == "json":
             current.json = m.data
-        elif ext == "jpg":
+        elif ext in ("jpg", "webp"):  # the image (.webp: an adopted WEBP set)
             current.jpg_head, current.jpg_size = m.data[:3], len(m.data)
+            current.image_format = image_format_name(m.data)
             # sha1: hardware-accelerated where sha256 is, fast where it is not; collisions by accident only matter
             current.digest = hashlib.sha1(m.data).digest()[:DIGEST_BYTES]
             if deep:

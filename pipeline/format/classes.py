@@ -1,13 +1,13 @@
-"""The ImageNet-1k class table shipped in manifests/imagenet-1k (label = index of the WNID in sorted order)."""
+"""The ImageNet-1k class table shipped in manifests/imagenet-1k (label = index of the WNID in sorted order),
+with its glosses and facts; every other label space, and the names of all WNIDs, are `label_spaces`'."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 
-# manifests/ sits two levels above this file both in a checkout and in an install (imagenet_shards/manifests)
-MANIFESTS_DIR = Path(__file__).resolve().parents[2] / "manifests"
+from imagenet_shards.pipeline.format.label_spaces import MANIFESTS_DIR, wnid_lemmas
+
 IMAGENET_1K_DIR = MANIFESTS_DIR / "imagenet-1k"
 
 
@@ -31,8 +31,9 @@ def imagenet_1k_classes() -> tuple[ClassInfo, ...]:
 
 
 def wnid_names() -> dict[str, str]:
-    """WNID -> human-readable name, for every ImageNet-1k class."""
-    return {c.wnid: c.name for c in imagenet_1k_classes()}
+    """WNID -> human-readable name (WordNet lemmas), for every WNID of every known label space; the
+    ImageNet-1k classes' are their `name` in classes.tsv (the same lemmas)."""
+    return wnid_lemmas()
 
 
 def imagenet_1k_facts() -> dict:

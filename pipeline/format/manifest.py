@@ -22,7 +22,9 @@ MANIFEST_NAME = "manifest.json"
 DATASET_NAME = "imagenet1k"
 INFO_SPLIT_NAMES = {"train": "train", "val": "validation"}
 CONSERVATION = "per split: images_in = num_samples + num_rejected + num_skipped"
-CONSERVATION_SUBSET = CONSERVATION + " + excluded_by_subset"  # a subset run (config.subset; format/subset.py)
+# inputs a split leaves out on purpose, each a field of the split's entry only where the run has it:
+# a subset's, a label space's (members of other classes), and train images held out as the val split
+LEFT_OUT = ("excluded_by_subset", "excluded_by_label_space", "held_out")
 
 
 # Fixes that are only counted in the manifest's `fixed.counts`, never listed per sample: policy-wide
@@ -72,7 +74,8 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
                     fix_counts.update(f["fixes"])
                 if any(x not in COUNTED_ONLY for x in f["fixes"]):
                     fix_samples.append(f)
-            shards.append({k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")})
+            shards.append({**{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")},
+                           **({"excluded": r["excluded"]} if r.get("excluded") else {})})
         num_samples = sum(sh["num_samples"] for sh in shards)
         entry = {
             "num_samples": num_samples,
@@ -83,31 +86,35 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
             "class_counts": dict(sorted(class_counts.items())),
             "shards": shards,
         }
-        if "excluded_by_subset" in split_state:
-            entry["excluded_by_subset"] = split_state["excluded_by_subset"]
+        for k in LEFT_OUT:
+            if k in split_state:
+                entry[k] = split_state[k]
+        if "held_out_from" in split_state:
+            entry["held_out_from"] = split_state["held_out_from"]
         if selects(subset, split):  # the classes a draw left short: drawn images rejected or skipped
             entry["short_classes"] = {w: {"drawn": class_counts[w] + sum(c.values()), "samples": class_counts[w],
                                           "reasons": dict(sorted(c.items()))} for w, c in sorted(failed.items())}
         if entry["images_in"] != (num_samples + entry["num_rejected"] + entry["num_skipped"]
-                                  + entry.get("excluded_by_subset", 0)):
+                                  + sum(entry.get(k, 0) for k in LEFT_OUT)):
             raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
                                  f"{entry['num_rejected']} rejected, {entry['num_skipped']} skipped, "
-                                 f"{entry.get('excluded_by_subset', 0)} excluded by the subset")
+                                 + ", ".join(f"{entry.get(k, 0)} {k}" for k in LEFT_OUT))
         splits[split] = entry
         rejected += split_rejected
         skipped += split_skipped
     by_key = lambda x: (x["split"], x["key"], x["source"])  # noqa: E731
     totals = {
-        "images_in": sum(s["images_in"] for s in splits.values()),
+        "images_in": sum(s["images_in"] for s in splits.values() if "held_out_from" not in s),  # held out: counted in train
         "samples": sum(s["num_samples"] for s in splits.values()),
         "rejected": len(rejected), "skipped": len(skipped),
         "shards": sum(s["num_shards"] for s in splits.values()),
         "bytes": sum(sh["bytes"] for s in splits.values() for sh in s["shards"]),
     }
-    return {
+    terms = [k for k in LEFT_OUT if any(k in s for s in splits.values())]
+    out = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "tool": {"name": "imagenet-shards", "version": __version__},
-        "name": DATASET_NAME,
+        "name": state.get("dataset", DATASET_NAME),
         "config": state["config"],
         "sources": state["sources"],
         "classes": state["classes"],
@@ -117,8 +124,11 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
         "fixed": {"counts": dict(sorted(fix_counts.items())),
                   "samples": sorted(fix_samples, key=lambda x: (x["split"], x["key"]))},
         "totals": totals,
-        "conservation": CONSERVATION_SUBSET if "subset" in state["config"] else CONSERVATION,
+        "conservation": " + ".join([CONSERVATION, *terms]),
     }
+    if "label_space" in state:  # a run that named one (an ILSVRC run without --label-space has none)
+        out["label_space"] = state["label_space"]
+    return out
 
 
 def _failed_by_class(record: dict) -> dict[str, dict[str, int]]:
@@ -134,21 +144,33 @@ def _failed_by_class(record: dict) -> dict[str, dict[str, int]]:
     return out
 
 
+def samples_in_tar(shard: dict) -> int:
+    """The samples a shard's tar holds: its `num_samples` plus those the manifest lists as `excluded`
+    (an adopted set's samples left out with `--exclude-bad`, which stay in the tar)."""
+    return shard["num_samples"] + len(shard.get("excluded") or ())
+
+
 def info_json(manifest: dict) -> dict:
-    """timm / HF-style split info (`_info.json`)."""
+    """timm / HF-style split info (`_info.json`); it describes the tars as they are (excluded samples included)."""
     splits = {}
     for split, s in manifest["splits"].items():
         name = INFO_SPLIT_NAMES.get(split, split)
+        lengths = [samples_in_tar(sh) for sh in s["shards"]]
         splits[name] = {"name": name, "filenames": [sh["url"] for sh in s["shards"]],
-                        "shard_lengths": [sh["num_samples"] for sh in s["shards"]], "num_samples": s["num_samples"]}
-    return {"name": manifest["name"], "splits": splits}
+                        "shard_lengths": lengths, "num_samples": sum(lengths)}
+    info = {"name": manifest["name"], "splits": splits}
+    if "label_space" in manifest:
+        info["num_classes"] = manifest["label_space"]["num_classes"]
+        info["label_space"] = manifest["label_space"]["name"]
+    return info
 
 
 def wids_index(manifest: dict, split: str) -> dict:
-    """The wids shard index for one split (urls relative to the folder holding the index)."""
+    """The wids shard index for one split (urls relative to the folder holding the index); wids
+    addresses samples by position in the tar, so `nsamples` counts excluded samples too."""
     shards = manifest["splits"][split]["shards"]
     return {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": f"{manifest['name']}-{split}",
-            "shardlist": [{"url": sh["url"], "nsamples": sh["num_samples"], "filesize": sh["bytes"],
+            "shardlist": [{"url": sh["url"], "nsamples": samples_in_tar(sh), "filesize": sh["bytes"],
                            "md5sum": sh["md5"]} for sh in shards]}
 
 
@@ -176,7 +198,8 @@ class Shard(NamedTuple):
     """A shard of a split, as the loader and tools open it."""
 
     url: str  # resolved against DATA
-    num_samples: int
+    num_samples: int  # the samples a reader gets: those in `exclude` are passed over, not counted
+    exclude: frozenset = frozenset()  # keys of samples the manifest left out (adopt --exclude-bad)
 
 
 def shard_url(data: str, rel: str) -> str:
@@ -223,7 +246,8 @@ def split_shards(manifest: dict, data, split: str) -> list[Shard]:
     if split not in splits:
         raise ManifestError(f"split {split!r} is not in the manifest (has: {', '.join(sorted(splits))})")
     try:
-        out = [Shard(shard_url(str(data), s["url"]), int(s["num_samples"])) for s in splits[split]["shards"]]
+        out = [Shard(shard_url(str(data), s["url"]), int(s["num_samples"]), frozenset(s.get("excluded") or ()))
+               for s in splits[split]["shards"]]
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"manifest split {split!r}: malformed shard entry ({e!r}); run audit-shards") from None
     if any(s.num_samples < 0 for s in out):

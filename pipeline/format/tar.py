@@ -46,8 +46,20 @@ class HashingReader:
     """Reads a file in large blocks, feeding every block to the hashes once, and serves exact-size reads.
 
     With no hashes and a seekable file, `skip` seeks instead of reading; it then knows where the file
-    ends (its size, taken once), so a skip past the end still reports the shortfall.
+    ends (its size, taken once), so a skip past the end still reports the shortfall. `over(buffer)`
+    reads a bytes-like object (an mmap of a shard: `mapped`) as one block: reads are slices, skips
+    move an offset.
     """
+
+    @classmethod
+    def over(cls, buffer) -> "HashingReader":
+        """A reader of `buffer` (bytes, or an mmap: each read copies just the bytes asked for), no hashes."""
+        r = cls.__new__(cls)
+        r._f, r._block, r.hashes, r._seek = None, 0, {}, False
+        r._buf, r._off, r._end = buffer, 0, len(buffer)
+        r.pos = 0
+        r.bytes_read = len(buffer)
+        return r
 
     def __init__(self, f, algorithms=("sha256", "md5"), block: int = 1 << 20):
         self._f, self._block = f, block
@@ -59,6 +71,8 @@ class HashingReader:
         self.bytes_read = 0
 
     def _fill(self) -> bool:
+        if self._f is None:  # over(buffer): all of it was the first block
+            return False
         self._buf, self._off = self._f.read(self._block), 0
         for h in self.hashes.values():
             h.update(self._buf)
@@ -91,6 +105,9 @@ class HashingReader:
             self._off += n
             self.pos += n
             return n
+        if self._f is None:  # over(buffer): nothing left past the block
+            self._off, self.pos = len(self._buf), self.pos + left
+            return left
         if self._seek:
             if self._end is not None and self.pos + n > self._end:
                 n = max(left, self._end - self.pos)

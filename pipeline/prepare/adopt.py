@@ -7,6 +7,11 @@ adopted unless the set is intact and its labels are proven (or, with `--trust-la
 taken on trust); then our manifest, the wids indexes and, where none exists, `_info.json` are
 written beside the shards (or in `--out`, the shard urls then absolute), so audit-shards, the loader
 and train-imagenet read it like a set of ours. docs/prepare.md says what is checked and why.
+
+Images are adopted in any format Pillow decodes (counted by format in `adopted.formats`). With
+`exclude_bad`, samples whose image nothing decodes are left out instead of refusing the set: each
+is a `rejected` entry with its reason, its shard entry lists it under `excluded` (and counts only
+the others in `num_samples`), and audit-shards and the loader pass over it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from collections import Counter
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
+from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, wnid_names
+from imagenet_shards.pipeline.format.label_spaces import (is_imagenet_1k, known_names, label_space as
+                                                          named_space, present_space)
 from imagenet_shards.pipeline.format.manifest import (INFO_SPLIT_NAMES, MANIFEST_NAME, build_manifest, info_json,
                                                       write_outputs)
 from imagenet_shards.pipeline.parallel import run_jobs
@@ -60,6 +67,8 @@ def find_shards(src: str) -> tuple[dict[str, list[str]], dict | None]:
     splits: dict[str, list[str]] = {}
     if isinstance(info, dict) and isinstance(info.get("splits"), dict):
         for name, s in info["splits"].items():
+            if isinstance(s, dict) and s.get("alt_label"):  # timm's train_12k: the same files read by label_12k
+                continue
             files = s.get("filenames") if isinstance(s, dict) else None
             if SPLIT_WORDS.get(str(name).lower()) is None or not isinstance(files, list) \
                     or not all(isinstance(f, str) for f in files):
@@ -87,30 +96,72 @@ def find_shards(src: str) -> tuple[dict[str, list[str]], dict | None]:
     return splits, None
 
 
+# the label spaces a set's .cls may index, tried in this order after ImageNet-1k's and the set's own WNIDs
+OTHER_SPACES = ("imagenet-12k", "imagenet-22k", "imagenet-21k-goog", "imagenet-21k-miil", "imagenet-21k-miil-w21")
+# timm's extra label fields (`label_12k`) and the space each indexes
+ALT_LABEL_SPACES = {"1k": "imagenet-1k", "12k": "imagenet-12k", "22k": "imagenet-22k", "21k": "imagenet-21k-goog"}
+
+
 def label_space(pairs: dict[tuple[int, str], str], where: dict[str, str]) -> list[str]:
-    """The class list (sorted WNIDs) that every (label, WNID) pair follows: ImageNet-1k's 1000, or the
-    WNIDs the set holds (a class subset, labelled as prepare-shards labels one). AdoptError naming the
-    first sample that breaks the sorted-WNID convention. `where`: key -> shard, for the message."""
-    table = [c.wnid for c in imagenet_1k_classes()]
+    """The class list that every (label, WNID) pair follows: ImageNet-1k's 1000, the WNIDs the set
+    holds, sorted (a class subset, labelled as prepare-shards labels one, or a set labelled by its own
+    classes, as winter21's 19,167), or another known label space (timm's imagenet-12k-wds and
+    imagenet-22k-wds: `OTHER_SPACES`, the first that fits). AdoptError naming the first sample that
+    breaks the sorted-WNID convention. `where`: key -> shard, for the message."""
+    table = list(named_space("imagenet-1k").wnids)
     if not pairs:
         return table
     index = {w: i for i, w in enumerate(table)}
+    known = set().union(*(named_space(n).wnids for n in known_names()))
     for (label, wnid), key in pairs.items():
-        if wnid not in index:
-            raise AdoptError(f"sample {key} in {where[key]} names {wnid}, which is not an ImageNet-1k class: this is "
-                             "not an ImageNet-1k shard set")
+        if wnid not in known:
+            raise AdoptError(f"sample {key} in {where[key]} names {wnid}, which is not an ImageNet-1k class nor in any "
+                             "known label space: this is not an ImageNet shard set")
     present = sorted({w for _, w in pairs})
-    for classes in (table, present):
+    for classes in (table, present, *(named_space(n).wnids for n in OTHER_SPACES)):
         idx = {w: i for i, w in enumerate(classes)}
-        if all(idx[w] == label for label, w in pairs):
-            return classes
-    (label, wnid), key = next(((lw, k) for lw, k in pairs.items() if index[lw[1]] != lw[0]
+        if all(idx.get(w) == label for label, w in pairs):
+            return list(classes)
+    (label, wnid), key = next(((lw, k) for lw, k in pairs.items() if index.get(lw[1]) != lw[0]
                                and present.index(lw[1]) != lw[0]))
     sub = f", {present.index(wnid)} among the {len(present)} this set holds" if len(present) < len(table) else ""
+    in_1k = f"label {index[wnid]} among ImageNet-1k's sorted WNIDs" if wnid in index else "not an ImageNet-1k class"
     raise AdoptError(f"labels do not follow the sorted-WNID convention: sample {key} in {where[key]} has .cls {label} "
-                     f"but its class {wnid} is label {index[wnid]} among ImageNet-1k's sorted WNIDs{sub} (an "
-                     "off-by-one, or the devkit's ILSVRC2012_ID order?); not adopted: training on it would learn "
-                     "wrong labels")
+                     f"but its class {wnid} is {in_1k}{sub}, and no known label space ({', '.join(OTHER_SPACES)}) "
+                     "fits all labels either (an off-by-one, or the devkit's ILSVRC2012_ID order?); not adopted: "
+                     "training on it would learn wrong labels")
+
+
+def space_of(classes: list[str]):
+    """(label-space name, LabelSpace or None) of an adopted set's class list: `imagenet-1k`, another
+    known space, `subset` (some ImageNet-1k classes, the legacy record) or `present`."""
+    if classes == list(named_space("imagenet-1k").wnids):
+        return "imagenet-1k", None
+    for name in OTHER_SPACES:
+        if classes == list(named_space(name).wnids):
+            return name, named_space(name)
+    if is_imagenet_1k(classes):
+        return "subset", None
+    return "present", present_space(classes)
+
+
+def check_alt_labels(scans: list[ShardScan], where: dict[str, str]) -> dict[str, str]:
+    """The extra label fields (`label_12k`) every sample's .json agrees with, field -> its label space
+    (-1: a class outside that space); AdoptError naming the first sample that disagrees. Fields of an
+    unknown space are left as they are (not listed)."""
+    verified = {}
+    for s in scans:
+        for (field_, value, wnid), key in s.alt_pairs.items():
+            name = ALT_LABEL_SPACES.get(field_.removeprefix("label_"))
+            if name is None:
+                continue
+            want = named_space(name).index.get(wnid, -1)
+            if value != want:
+                raise AdoptError(f"sample {key} in {where[key]} has {field_} {value} in its .json but its class {wnid} "
+                                 f"is {want} in {name}" + (" (not in it: -1)" if want < 0 else "")
+                                 + "; not adopted: that label field is wrong")
+            verified[field_] = name
+    return dict(sorted(verified.items()))
 
 
 def set_problems(scans: list[ShardScan], info: dict | None) -> tuple[list, int, dict[str, str]]:
@@ -124,7 +175,7 @@ def set_problems(scans: list[ShardScan], info: dict | None) -> tuple[list, int, 
             if key in where:
                 problems.append(("duplicate_key", s.rel, key, f"also in {where[key]}"))
             where.setdefault(key, s.rel)
-    exts = set().union(*(s.exts for s in scans)) - {"jpg", "cls"}  # those two: checked per sample
+    exts = set().union(*(s.exts for s in scans)) - {"jpg", "webp", "cls"}  # image and .cls: checked per sample
     for s in scans:
         problems += [("sample_members", s.rel, None, f"{len(s.keys) - s.exts[e]} samples lack .{e}")
                      for e in sorted(exts) if s.exts[e] != len(s.keys)]
@@ -149,7 +200,7 @@ def prove_labels(scans: list[ShardScan], where: dict[str, str], trust_labels: bo
         for label, key in s.unverified:
             if label >= len(classes):
                 raise AdoptError(f"sample {key} in {s.rel} has .cls {label}, outside the set's {len(classes)} classes "
-                                 f"({'ImageNet-1k' if len(classes) == 1000 else 'the WNIDs its other samples name'})")
+                                 f"({space_of(classes)[0] if len(classes) >= 1000 else 'the WNIDs its other samples name'})")
     if sum(unverified.values()) and not trust_labels:
         parts = [f"{split}: {n:,} of {sum(len(s.keys) for s in scans if s.split == split):,}"
                  for split, n in sorted(unverified.items()) if n]
@@ -160,12 +211,13 @@ def prove_labels(scans: list[ShardScan], where: dict[str, str], trust_labels: bo
 
 
 def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep: bool = False,
-          workers: int | None = None, progress: bool = True) -> dict:
+          exclude_bad: bool = False, workers: int | None = None, progress: bool = True) -> dict:
     """Scan the shard set at SRC (folder or URL) and write our manifest for it; returns the summary.
 
     Written beside the shards (shard urls relative), or to `out` (urls absolute: paths or URLs of
     SRC). AdoptError, before anything is written, for a set that is not intact, labels that break
-    the sorted-WNID convention, or labels no sample proves (unless `trust_labels`)."""
+    the sorted-WNID convention, or labels no sample proves (unless `trust_labels`); an image that
+    nothing decodes is a fault too, unless `exclude_bad` (then that sample is left out, recorded)."""
     t0 = time.monotonic()
     src, dest = str(src).rstrip("/") or "/", str(out or src).rstrip("/") or "/"
     for url in (src, dest):
@@ -188,7 +240,7 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
                          "set with audit-shards, or give another --out")
     splits, info = find_shards(src)
     ignored = splits.pop("test", [])  # unlabeled: nothing a classifier can train or evaluate on
-    jobs = [(rel if "://" in rel else storage.join(src, rel), rel, split, deep)
+    jobs = [(rel if "://" in rel else storage.join(src, rel), rel, split, deep, exclude_bad)
             for split in sorted(splits) for rel in splits[split]]
     scans: list = [None] * len(jobs)
     with tqdm(total=len(jobs), desc="adopt: scan", unit="shard", disable=not progress, dynamic_ncols=True) as bar:
@@ -199,12 +251,19 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
     if problems:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(Counter(p[0] for p in problems).items()))
         kind, shard, key, detail = problems[0]
+        hint = ("; --exclude-bad adopts the set without the images nothing decodes, each recorded with its reason"
+                if any(p[0] == "undecodable" for p in problems) else "")
         raise AdoptError(f"{storage.redact(src)} has problems, nothing adopted: {count} ({kinds}); first: {shard}"
-                         + (f" {key}" if key else "") + f": {detail}", problems)
+                         + (f" {key}" if key else "") + f": {detail}{hint}", problems)
     classes, unverified = prove_labels(scans, where, trust_labels)
+    extra_labels = check_alt_labels(scans, where)
+    space_name, space = space_of(classes)
     adopted = {"from": storage.redact(src) if local is None else os.path.abspath(local),
                "sample_exts": sorted(set().union(*(s.exts for s in scans))), "ignored": sorted(ignored),
-               "label_space": "imagenet-1k" if len(classes) == 1000 else "subset",
+               "label_space": space_name,
+               **({"extra_labels": extra_labels} if extra_labels else {}),
+               "formats": {split: dict(sorted(sum((s.formats for s in scans if s.split == split), Counter()).items()))
+                           for split in sorted(splits)},
                "labels": {split: {"verified": sum(len(s.keys) for s in scans if s.split == split) - n, "trusted": n}
                           for split, n in sorted(unverified.items())}}
 
@@ -213,12 +272,14 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
             return rel
         return os.path.abspath(os.path.join(local, rel)) if local is not None else storage.join(src, rel)
 
-    table = {c.wnid: c for c in imagenet_1k_classes()}
-    subset = len(classes) < len(table)  # a class subset's table keeps each class's 1k index, as prepare's does
-    state = {"config": {"mode": "adopt", "trust_labels": trust_labels, "deep": deep},
-             "classes": [{"index": i, "wnid": w, "name": table[w].name,
+    table, names = {c.wnid: c for c in imagenet_1k_classes()}, wnid_names()
+    subset = space_name == "subset"  # a class subset's table keeps each class's 1k index, as prepare's does
+    state = {"config": {"mode": "adopt", "trust_labels": trust_labels, "deep": deep, "exclude_bad": exclude_bad},
+             "classes": [{"index": i, "wnid": w, "name": names.get(w, w),
                           **({"imagenet_1k_index": table[w].index} if subset else {})} for i, w in enumerate(classes)],
              "sources": [], "splits": {}}
+    if space is not None:  # a full-ImageNet space: named in the manifest, as prepare-shards names one
+        state["label_space"], state["dataset"] = space.record(), space.dataset
     records = {}
     for split in sorted(splits):
         mine = [s for s in scans if s.split == split]
@@ -227,8 +288,11 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
                                  "bytes": sum(s.bytes for s in mine), "shards": len(mine),
                                  "fingerprint": f"shards-sha256:{fingerprint}"})
         state["splits"][split] = {"plan_rejected": [], "images_in": sum(len(s.keys) for s in mine)}
-        records[split] = [{"index": i, "url": url(s.rel), "num_samples": len(s.keys), "bytes": s.bytes,
-                           "sha256": s.sha256, "md5": s.md5, "rejected": [], "skipped": [], "fixed": [],
+        records[split] = [{"index": i, "url": url(s.rel), "num_samples": len(s.keys) - len(s.excluded),
+                           "bytes": s.bytes, "sha256": s.sha256, "md5": s.md5, "skipped": [], "fixed": [],
+                           "rejected": [{"split": split, "key": key, "source": s.rel, "reason": reason,
+                                         "detail": detail} for key, reason, detail in s.excluded],
+                           **({"excluded": sorted(key for key, _, _ in s.excluded)} if s.excluded else {}),
                            "class_counts": {classes[label]: n for label, n in s.labels.items()}}
                           for i, s in enumerate(mine)]
     manifest = build_manifest(state, records)
@@ -251,8 +315,9 @@ def summarize(manifest: dict, dest: str, wall_s: float) -> dict:
     return {"adopted": a["from"], "out": storage.redact(dest), "label_space": a["label_space"], "ignored": a["ignored"],
             "classes": len(manifest["classes"]), "info_json": a["info_json"], "samples": manifest["totals"]["samples"],
             "shards": manifest["totals"]["shards"], "bytes": manifest["totals"]["bytes"], "wall_s": round(wall_s, 3),
-            "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"],
-                           "classes": len(v["class_counts"]), **a["labels"][s]}
+            "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "excluded": v["num_rejected"],
+                           "classes": len(v["class_counts"]), "formats": a.get("formats", {}).get(s, {}),
+                           **a["labels"][s]}
                        for s, v in manifest["splits"].items()}}
 
 
@@ -262,7 +327,10 @@ def summary_text(s: dict) -> str:
              f"({storage.human_bytes(s['bytes'])}) of {s['adopted']} -> {s['out']}/{MANIFEST_NAME}"]
     for split, v in s["splits"].items():
         lines.append(f"  {INFO_SPLIT_NAMES.get(split, split):10s}: {v['samples']:,} samples, {v['classes']} classes; "
-                     f"labels verified {v['verified']:,}, trusted {v['trusted']:,}")
+                     f"labels verified {v['verified']:,}, trusted {v['trusted']:,}; images "
+                     + ", ".join(f"{fmt} {n:,}" for fmt, n in v["formats"].items())
+                     + (f"; {v['excluded']:,} left out (--exclude-bad; listed in the manifest's rejected)"
+                        if v["excluded"] else ""))
     lines.append(f"  labels: sorted-WNID indexes of {s['classes']} classes ({s['label_space']}); _info.json "
                  + ("written" if s["info_json"] == "written" else "kept (the source's own)")
                  + (f"; not adopted: {len(s['ignored'])} unlabeled test shards" if s["ignored"] else ""))

@@ -20,16 +20,19 @@ import textwrap
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.interrupts import run_cli
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
     "Sources: --train takes the original tar of per-class tars, a directory of nXXXXXXXX.tar, or an ImageFolder "
     "tree; --val takes ILSVRC2012_img_val.tar or a flat directory (labels from --devkit or --val-labels) or an "
     "ImageFolder tree. Both also take the Hugging Face ILSVRC/imagenet-1k files, .tar.gz or parquet, repeated or "
     "as a quoted glob (--train 'data/train-*.parquet'); their labels travel with the images (no --devkit). "
-    "--test takes the unlabeled test images (and adds the test split); their .cls is -1. Nothing is extracted. Labels = index of the WNID in sorted order (torchvision/timm). "
+    "--test takes the unlabeled test images (and adds the test split); their .cls is -1. --train also takes the full "
+    "ImageNet releases, fall11_whole.tar and winter21_whole.tar.gz (read once, in order). Nothing is extracted. "
+    "Labels = index of the WNID in the label space (--label-space; sorted WNIDs, as torchvision/timm). "
     "Rerunning the same command resumes; see docs/prepare.md.",
-    "Several machines: run the same command with --part I/N on each (or let RANK/WORLD_SIZE or a Slurm array say "
-    "which part); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
+    "Several machines: run the same command with --part I/N on each (or --part auto in a Slurm array, a Kubernetes "
+    "Indexed Job or under torchrun: docs/prepare.md has the sbatch script); the last part to finish writes the manifest. `prepare-shards finalize OUT` assembles "
     "manifest.json, _info.json and the wids indexes once every part is done, e.g. when the last part ran "
     "elsewhere or was interrupted (see `prepare-shards finalize --help`).",
     "Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run."))
@@ -52,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output directory, or a URL (s3://bucket/prefix, gs://..., any fsspec URL you can write "
                         "to; http(s):// is read-only and refused)")
     p.add_argument("--staging", metavar="DIR",
-                   help="for a URL --out: local folder where shards are built before upload (local only: a URL "
-                        "is refused; default: a temp folder; needs about workers x shard size)")
+                   help="local folder for scratch files (a URL is refused): for a URL --out, where shards are built "
+                        "before upload (default: a temp folder; needs about workers x shard size); for sources read "
+                        "in order (.tar.gz, parquet), where their images are spilled before the shards are built "
+                        "(default: OUT/_prepare; one pass: about the size of the shards; docs/prepare.md)")
     storage.add_storage_option(p)
     img = p.add_argument_group("images")
     img.add_argument("--resize", default="longer:500",
@@ -65,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="apply EXIF orientation (default: keep pixels as torchvision/PIL loading sees them)")
     img.add_argument("--no-restart-markers", dest="restart_markers", action="store_false",
                      help="store pass-through JPEGs byte for byte and re-encode without restart markers "
-                          "(default: restart markers on a grid of ~64 px cells in every stored JPEG, pass-through "
+                          "(default: restart markers on a grid of ~32 px cells in every stored JPEG, pass-through "
                           "ones rewritten losslessly, so the loader decodes only the cells around a crop)")
     sh = p.add_argument_group("shards")
     sz = sh.add_mutually_exclusive_group()
@@ -74,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="target shard size, e.g. 256MB (cut by source sizes)")
     sh.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     sh.add_argument("--splits", default=None,
-                    help="which splits to build: train, val, test (default train,val; train,val,test with --test)")
+                    help="which splits to build: train, val, test (default train,val; train,val,test with --test); "
+                         "each must end with at least one sample")
+    sh.add_argument("--allow-partial-val", action="store_true",
+                    help="build val from a source that holds other images than the devkit's ground truth lists "
+                         "(default: an error; recorded in the manifest)")
     sub = p.add_argument_group("subsets (reproducible with --seed; recorded in the manifest; docs/prepare.md)")
     sub.add_argument("--classes", metavar="N|FILE",
                      help="keep N classes drawn with --seed, or those of FILE (one WNID a line, # comments); "
@@ -86,10 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--train-list", metavar="FILE",
                       help="keep the train images FILE names, one a line (n01440764_10026.JPEG or "
                            "n01440764/n01440764_10026.JPEG, e.g. the 1%% / 10%% semi-supervised lists)")
+    lab = p.add_argument_group("labels (docs/prepare.md, manifests/label-spaces)")
+    lab.add_argument("--label-space", metavar="NAME|FILE",
+                     help="the class list .cls indexes: imagenet-1k, imagenet-22k, imagenet-12k, imagenet-21k-goog, "
+                          "imagenet-21k-miil, imagenet-21k-miil-w21, present (the sources' WNIDs, sorted), or a FILE "
+                          "of WNIDs, one a line, in label order; images of other classes are left out and counted "
+                          "(excluded_by_label_space). Default: the sources' sorted WNIDs for the ILSVRC2012 archives "
+                          "(= imagenet-1k), imagenet-22k for a full release (fall11, winter21)")
+    lab.add_argument("--holdout-per-class", type=int, metavar="K",
+                     help="write a val split of K train images per class (classes with more than K), drawn with "
+                          "--seed and recorded; nested for growing K; no image in both (timm's 12k: 40)")
     run = p.add_argument_group("running")
     run.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    run.add_argument("--part", metavar="I/N", default=None,
-                     help="build only part I of N (multi-machine); default from RANK/WORLD_SIZE or a Slurm array")
+    run.add_argument("--part", metavar="I/N|auto", default=None,
+                     help="build only part I of N (multi-machine); auto: from the Slurm array "
+                          "(SLURM_ARRAY_TASK_ID/COUNT), torchrun (RANK/WORLD_SIZE), or a Kubernetes Indexed Job "
+                          "(JOB_COMPLETION_INDEX, with auto/N: N = the Job's completions); default: from a Slurm "
+                          "array or RANK/WORLD_SIZE when present")
     run.add_argument("--overwrite", action="store_true", help="replace shards from a run with another config")
     run.add_argument("--no-verify", action="store_true",
                      help="on resume, trust existing shards by size (skip re-hashing them); for a URL --out, "
@@ -125,7 +147,11 @@ def build_adopt_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-labels", action="store_true",
                    help="adopt samples whose label no WNID proves (e.g. val keys without a .json), taking their .cls "
                         "as sorted-WNID indexes on trust (recorded in the manifest)")
-    p.add_argument("--deep", action="store_true", help="fully decode every image (default: JPEG header only)")
+    p.add_argument("--deep", action="store_true",
+                   help="fully decode every image (default: read each image's header only)")
+    p.add_argument("--exclude-bad", action="store_true",
+                   help="leave out samples whose image nothing decodes (each recorded in the manifest with its "
+                        "reason; audit-shards and the loader pass over them) instead of refusing the set")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
     storage.add_storage_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -143,7 +169,7 @@ def adopt_main(argv: list[str]) -> int:
             if url:
                 storage.apply_storage_options(url, args.storage_option)
         summary = adopt(args.src, out=args.out, trust_labels=args.trust_labels, deep=args.deep,
-                        workers=args.workers, progress=not args.quiet)
+                        exclude_bad=args.exclude_bad, workers=args.workers, progress=not args.quiet)
     except (AdoptError, OSError, ValueError) as e:
         if args.json:
             print(json.dumps({"adopted": False, "error": one_line(e), "problems": [
@@ -170,7 +196,11 @@ def format_summary(s: dict) -> str:
         for split, v in s["splits"].items():
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)"
-                         + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else ""))
+                         + (f" + {v['excluded_by_subset']:,} left out by the subset" if "excluded_by_subset" in v else "")
+                         + (f" + {v['excluded_by_label_space']:,} outside the label space"
+                            if "excluded_by_label_space" in v else "")
+                         + (f" + {v['held_out']:,} held out as val" if "held_out" in v else "")
+                         + (" (held out from train)" if "held_out_from" in v else ""))
             if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
                 lines.append(f"  {split}: " + short_classes_text(v["short_classes"]))
         if s["rejected_by_reason"]:
@@ -240,10 +270,17 @@ def splits_option(args) -> tuple[str, ...]:
 
 
 def main(argv=None) -> int:
+    """prepare-shards: 0 done, 2 could not run (one line), 130/143 interrupted by SIGINT/SIGTERM
+    (one line; the rerun resumes)."""
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
     # imported here so that --help answers without loading the imaging stack
     from imagenet_shards.pipeline.prepare.config import Config
     from imagenet_shards.pipeline.prepare.run import PrepareError, finalize, parse_part, prepare, summarize
     from imagenet_shards.pipeline.prepare.subset import classes_option, read_train_list
+    from imagenet_shards.pipeline.format.label_spaces import label_space_option
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["adopt"]:
@@ -266,8 +303,10 @@ def main(argv=None) -> int:
                         shard_samples=None if args.shard_bytes else
                         (1000 if args.shard_samples is None else args.shard_samples),
                         classes=None if args.classes is None else classes_option(args.classes),
-                        per_class=args.per_class, fraction=args.fraction,
-                        train_list=None if args.train_list is None else read_train_list(args.train_list))
+                        per_class=args.per_class, fraction=args.fraction, allow_partial_val=args.allow_partial_val,
+                        train_list=None if args.train_list is None else read_train_list(args.train_list),
+                        label_space=None if args.label_space is None else label_space_option(args.label_space),
+                        holdout_per_class=args.holdout_per_class)
         storage.apply_storage_options(args.out, args.storage_option)
         if config.restart_markers and not args.quiet:
             from imagenet_shards.pipeline.prepare import images

@@ -9,8 +9,9 @@ the policy's own check in `images`, the job's (shards, seed, splits) here.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
+from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, LabelSpaceError, label_space_option
 from imagenet_shards.pipeline.format.subset import names_sha256
 from imagenet_shards.pipeline.prepare.images import ImagePolicy
 from imagenet_shards.pipeline.prepare.sources import WNID_RE
@@ -31,7 +32,12 @@ class Config:
 
     Subset (all unset by default): `classes` N (drawn with `seed`) or WNIDs; `per_class` N or
     `fraction` F of each train class; `train_list` train image names (`n01440764_10026.JPEG` or
-    `n01440764/n01440764_10026.JPEG`). WNIDs and names are kept sorted and unique, names as WNID/KEY."""
+    `n01440764/n01440764_10026.JPEG`). WNIDs and names are kept sorted and unique, names as WNID/KEY.
+
+    `label_space`: the class list `.cls` indexes (a `LabelSpace`, a known name, a file, or `present`; None:
+    the sources' sorted WNIDs, i.e. ImageNet-1k for the ILSVRC2012 archives, and `imagenet-22k` for a
+    full release: `run` resolves it). `holdout_per_class` K: a val split of K train images per class
+    with more than K (prepare/holdout.py)."""
 
     resize: str = "longer:500"
     quality: int = 90
@@ -46,8 +52,16 @@ class Config:
     per_class: int | None = None
     fraction: float | None = None
     train_list: tuple[str, ...] | None = field(default=None, repr=False)  # up to 128k names (the 10 % list)
+    allow_partial_val: bool = False  # build val from a source with other images than the devkit lists
+    label_space: LabelSpace | str | None = field(default=None, repr=False)
+    holdout_per_class: int | None = None
 
     def __post_init__(self):
+        if isinstance(self.label_space, str) and self.label_space != PRESENT:
+            try:
+                object.__setattr__(self, "label_space", label_space_option(self.label_space))
+            except LabelSpaceError as e:
+                raise ConfigError(str(e)) from None
         check_config(self)
         object.__setattr__(self, "splits", tuple(s for s in SPLITS if s in self.splits))
         if self.classes is not None and not _is_int(self.classes):
@@ -69,12 +83,21 @@ class Config:
 
     def as_dict(self) -> dict:
         """The config as recorded in the job state and the manifest (JSON types only)."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # not asdict: it would copy a label space's list
         d["splits"] = list(self.splits)
-        for k in ("classes", "per_class", "fraction", "train_list"):
+        for k in ("classes", "per_class", "fraction", "train_list", "label_space", "holdout_per_class"):
             del d[k]
+        if not self.allow_partial_val:  # recorded only when given: earlier runs' job states stay equal
+            del d["allow_partial_val"]
         if self.subset:
             d["subset"] = self.subset_record()
+        # only when set: a run without them records what it recorded before they existed (same bytes)
+        if isinstance(self.label_space, LabelSpace):
+            d["label_space"] = self.label_space.record()
+        elif self.label_space == PRESENT:
+            d["label_space"] = {"name": PRESENT}
+        if self.holdout_per_class is not None:
+            d["holdout"] = {"per_class": self.holdout_per_class, "seed": self.seed}
         return d
 
     def subset_record(self) -> dict:
@@ -118,6 +141,16 @@ def check_config(cfg: Config) -> None:
     if not splits or any(s not in SPLITS for s in splits):
         raise ConfigError(f"--splits takes train, val and/or test, got {','.join(map(str, splits)) or 'nothing'}")
     check_subset(cfg, splits)
+    if cfg.label_space is not None and not isinstance(cfg.label_space, LabelSpace) and cfg.label_space != PRESENT:
+        raise ConfigError(f"--label-space takes a name, {PRESENT} or a file, got {cfg.label_space!r:.60}")
+    if cfg.label_space is not None and cfg.classes is not None:
+        raise ConfigError("give --label-space or --classes, not both: --classes relabels to the kept classes, a label "
+                          "space keeps its own labels (to keep some classes of a space, give a label-space FILE)")
+    if cfg.holdout_per_class is not None:
+        if not (_is_int(cfg.holdout_per_class) and cfg.holdout_per_class >= 1):
+            raise ConfigError(f"--holdout-per-class must be a positive integer, got {cfg.holdout_per_class!r}")
+        if "train" not in splits or "val" not in splits:
+            raise ConfigError("--holdout-per-class carves the val split out of train: --splits must hold train and val")
 
 
 def check_subset(cfg: Config, splits: list[str]) -> None:

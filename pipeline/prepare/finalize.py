@@ -13,8 +13,10 @@ import posixpath
 from collections import Counter
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.format.manifest import build_manifest, write_outputs
+from imagenet_shards.pipeline.format.manifest import LEFT_OUT, build_manifest, write_outputs
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_rel
+from imagenet_shards.pipeline.prepare.parts import check_record_job, job_id
+from imagenet_shards.pipeline.storage.atomic import DiskFull
 
 
 class PrepareError(Exception):
@@ -43,13 +45,40 @@ def finalize(out: str) -> dict:
                                f"shard number {missing[0][0]}; with --part I/N that is part {missing[0][0]} mod "
                                "N); run the missing parts, then finalize again")
         outdir.clean_tmp_json()
-        records = {split: _read_records(outdir, split, state["splits"][split]["num_shards"])
+        check = _job_check(outdir, state)
+        records = {split: map(check, _read_records(outdir, split, state["splits"][split]["num_shards"]))
                    for split in state["config"]["splits"]}
         manifest = build_manifest(state, records)
+        from imagenet_shards.pipeline.prepare.split_checks import empty_in_manifest  # it imports PrepareError
+
+        error = empty_in_manifest(manifest)
+        if error:
+            raise PrepareError(error)
         write_outputs(out, manifest)
         return manifest
+    except DiskFull as e:
+        raise PrepareError(f"cannot finalize {storage.redact(out)}: {e}: free space there, then run prepare-shards "
+                           f"finalize {storage.redact(out)} (or rerun the same command)") from None
     except OSError as e:
         raise PrepareError(f"cannot finalize {storage.redact(out)}: {storage.redact(e)}") from None
+
+
+def _job_check(outdir, state: dict):
+    """A pass-through for records that raises PrepareError for one a part with other options wrote."""
+    expected = job_id(state)
+
+    def read_part_state(rel):
+        try:
+            return outdir.read_json(rel)
+        except (OSError, ValueError):
+            return None
+
+    def check(rec: dict) -> dict:
+        why = check_record_job(rec, state, expected, read_part_state)
+        if why is not None:
+            raise PrepareError(why)
+        return rec
+    return check
 
 
 def _read_records(outdir, split: str, num_shards: int, chunk: int = 64):
@@ -73,6 +102,6 @@ def summarize(manifest: dict) -> dict:
             "fixed_by_kind": manifest["fixed"]["counts"],
             "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
                            "skipped": v["num_skipped"], "images_in": v["images_in"],
-                           **({"excluded_by_subset": v["excluded_by_subset"]} if "excluded_by_subset" in v else {}),
+                           **{k: v[k] for k in (*LEFT_OUT, "held_out_from") if k in v},
                            **({"short_classes": v["short_classes"]} if v.get("short_classes") else {})}
                        for s, v in manifest["splits"].items()}}

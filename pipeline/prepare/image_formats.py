@@ -32,6 +32,24 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
+def image_format_name(data: bytes) -> str | None:
+    """The format a stored image is counted as: its signature's (``sniff_format``: a JPEG is "JPEG"
+    whatever else Pillow might call it), else the name Pillow gives it, else None (nothing reads it).
+    Adopted sets count their images by this name and audit-shards recounts them the same way."""
+    fmt = sniff_format(data)
+    if fmt is not None or not data:
+        return fmt
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.format
+    except Exception:  # noqa: BLE001 - nothing reads it: no format
+        return None
+
+
 def failure_reason(fmt: str | None, data: bytes, header: JpegHeader | None, message: str) -> str:
     """"truncated" when the decoder says so or the data lacks the format's end marker, else "corrupt"."""
     if "truncated" in message.lower():

@@ -18,7 +18,7 @@ processes, as the writer does, not threads). It
   vocabulary), resizes per policy, and re-encodes (baseline, 4:2:0, `policy.quality`);
 - passes an already-fine JPEG through without generation loss: Huffman baseline, extended or
   progressive, 8-bit, 3 components in YCbCr, within the size bound, no fix needed. By default
-  (`policy.restart_markers`) it is rewritten losslessly with restart markers on a grid of ~64 px
+  (`policy.restart_markers`) it is rewritten losslessly with restart markers on a grid of ~32 px
   cells, one MCU row high (`_jpegtran`: the same DCT coefficients, so the same pixels; fix
   `restart_markers`), which lets the loader decode only the cells around a crop; that rewrite entropy-decodes every block
   and declines on any libjpeg error or warning, so it is the validation too. Where it declines (or

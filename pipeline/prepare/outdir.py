@@ -35,7 +35,7 @@ STATE_DIR = "_prepare"
 STATE = f"{STATE_DIR}/state.json"
 RECORDS = f"{STATE_DIR}/records"
 OUR_TOP_FILES = ("manifest.json", "_info.json", "*.wids.json")
-OUR_SHARDS = "imagenet1k-*.tar"
+OUR_SHARDS = "imagenet*-*.tar"  # <dataset>-<split>-NNNNNN.tar (plan.ShardSpec.url)
 
 
 class UploadError(OSError):
@@ -65,7 +65,7 @@ def open_outdir(out: str, *, staging: str | None = None, verify: bool = True):
                          "give a local folder or a store you can write to (s3://, gs://, ...), then serve that")
     path = storage.local_path(out)
     if path is not None:
-        return LocalOut(path)
+        return LocalOut(path, staging=storage.local_path(staging) if staging else None)
     return RemoteOut(str(out).rstrip("/"), staging=storage.local_path(staging) if staging else None,
                      verify=verify)
 
@@ -75,12 +75,16 @@ class LocalOut:
     """OUT on a local (or network-mounted) file system: shards written in place, atomically."""
 
     root: str
+    staging: str | None = None  # where scratch files go (the spill of sequential sources); default OUT/_prepare
     created: bool = False  # set by create(): this job made the folder (so a failed start may remove it)
 
     @property
     def where(self) -> str:
         """OUT as messages show it."""
         return self.root
+
+    room_advice = ("free space on that disk, or give an --out on a disk with room; rerunning the same command "
+                   "resumes (finished shards are kept)")
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
@@ -108,12 +112,13 @@ class LocalOut:
 
     def create(self) -> None:
         """Make OUT and its job-state folders (noting whether OUT is new)."""
-        self.created = not os.path.exists(self.root)
+        self.created = self.created or not os.path.exists(self.root)
         os.makedirs(self.path(RECORDS), exist_ok=True)
 
     def discard_if_unused(self) -> None:
         """After a failed start: remove OUT if this job created it and no shard was recorded in it
         (best effort: it must not hide the error that brought us here)."""
+        shutil.rmtree(self.scratch("spill"), ignore_errors=True)
         try:
             if self.created and not self.record_names():
                 shutil.rmtree(self.root, ignore_errors=True)
@@ -124,7 +129,7 @@ class LocalOut:
         found = [self.path(STATE_DIR)] + [p for pat in OUR_TOP_FILES for p in glob.glob(self.path(pat))]
         for split in SPLITS:
             found += glob.glob(os.path.join(self.root, split, OUR_SHARDS))
-            found += stale_temps(os.path.join(self.root, split), "imagenet1k-*")
+            found += stale_temps(os.path.join(self.root, split), "imagenet*-*")
         for p in found:
             if os.path.isdir(p):
                 shutil.rmtree(p)
@@ -144,7 +149,7 @@ class LocalOut:
             try:
                 rec = self.read_json(record_rel(spec.split, spec.index))
                 path = self.path(spec.url)
-                if os.path.getsize(path) != rec["bytes"] or rec["planned"] != len(spec.samples):
+                if os.path.getsize(path) != rec["bytes"] or rec["planned"] != len(spec):
                     continue
                 if verify and sha256_file(path) != rec["sha256"]:
                     continue
@@ -169,8 +174,16 @@ class LocalOut:
     def start_staging(self) -> None:
         pass
 
+    def make_scratch(self, name: str) -> str:
+        """`scratch(name)`, made now (before the job state; OUT counts as made by this job if it is new)."""
+        self.created = self.created or not os.path.exists(self.root)
+        os.makedirs(self.scratch(name), exist_ok=True)
+        return self.scratch(name)
+
     def scratch(self, name: str) -> str:
-        """A local folder for this job's temporary files (inside OUT's job state)."""
+        """A local folder for this job's temporary files (in --staging, else inside OUT's job state)."""
+        if self.staging:
+            return os.path.join(self.staging, f"_{name}")
         return self.path(f"{STATE_DIR}/{name}")
 
     def build(self, spec: ShardSpec, policy) -> dict:
@@ -199,11 +212,20 @@ class RemoteOut:
         """OUT as messages show it (credentials redacted)."""
         return storage.redact(self.url)
 
+    room_advice = ("free space there, or give --staging DIR on a disk with room (shards are built there before "
+                   "upload: about one per worker at a time); rerunning the same command resumes")
+
     def start_staging(self) -> None:
         """Create the staging folder (before the workers start; they build into it)."""
         if self.staging is None:
             self.staging = tempfile.mkdtemp(prefix="prepare-shards-staging-")
         os.makedirs(self.staging, exist_ok=True)
+
+    def make_scratch(self, name: str) -> str:
+        """`scratch(name)`, made now (before the job state)."""
+        self.start_staging()
+        os.makedirs(self.scratch(name), exist_ok=True)
+        return self.scratch(name)
 
     def scratch(self, name: str) -> str:
         """A local folder for this job's temporary files (in the staging folder; after start_staging)."""
@@ -254,6 +276,8 @@ class RemoteOut:
         """After a failed start: remove the job state this job wrote if no shard was recorded; never
         the prefix itself, which may hold other data. Best effort: an unreachable store holds nothing
         of ours either."""
+        if self.staging:
+            shutil.rmtree(self.scratch("spill"), ignore_errors=True)
         if not self.created:
             return
         try:
@@ -293,7 +317,7 @@ class RemoteOut:
         for spec, rec in zip(specs, recs):
             try:
                 obj = objects[spec.split].get(os.path.basename(spec.url))
-                if obj is None or obj.size != rec["bytes"] or rec["planned"] != len(spec.samples):
+                if obj is None or obj.size != rec["bytes"] or rec["planned"] != len(spec):
                     continue
                 if verify and rec.get("etag") and obj.etag and obj.etag != rec["etag"]:
                     continue

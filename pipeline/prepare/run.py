@@ -10,23 +10,33 @@ classes are known (`plan.plan_splits`): the kept classes, their labels and 1k in
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import shutil
 import time
 from collections import Counter
+from functools import partial
 
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.classes import wnid_names
+from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, is_imagenet_1k, label_space, present_space
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
 from imagenet_shards.pipeline.prepare.finalize import PrepareError, finalize, summarize
+from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
+from imagenet_shards.pipeline.prepare.parts import job_id, parse_part, part_state_rel, state_differences
 from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_splits
-from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex, index_split,
+from imagenet_shards.pipeline.prepare.onepass import one_pass_reader
+from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex,
                                                       val_labels_from_devkit, val_labels_from_kaggle_csv)
+from imagenet_shards.pipeline.prepare.sources import index_split as _index_split
 from imagenet_shards.pipeline.prepare.spill import spill
+from imagenet_shards.pipeline.storage.atomic import DiskFull, disk_full_error, is_disk_full
+from imagenet_shards.pipeline.prepare.split_checks import check_val_source, empty_split_error
 from imagenet_shards.pipeline.prepare.subset import SubsetError
 
 
@@ -46,21 +56,34 @@ def local_sources(**sources) -> dict:
             for name, value in sources.items()}
 
 
-def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None):
+def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=None, test=None,
+                  read_sequential=None, recorded: dict | None = None):
     """Index the sources of the requested splits; returns (indexes, class WNIDs sorted).
 
-    ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms)."""
+    ``train``/``val``/``test``: a path, or a list of files (the Hugging Face forms).
+    ``read_sequential(split, src)``: the index of a source that can only be read in order, made by a
+    one-pass reader (prepare/onepass.py), or None to index it here. ``recorded`` (when given)
+    receives, per split, what its sources entry records beyond the index: for a val source taken
+    with ``allow_partial_val``, the ground truth's count (``split_checks``)."""
     train, val, devkit, val_labels, test = local_sources(train=train, val=val, devkit=devkit,
                                                          val_labels=val_labels, test=test).values()
     indexes = {}
+
+    def index_split(split, src, labels=None):
+        return (read_sequential and read_sequential(split, src)) or _index_split(split, src, labels)
+
     devkit_leaves = None
     if "train" in cfg.splits:
         if not train:
             raise PrepareError("--train is required when the train split is requested (or use --splits val)")
         indexes["train"] = index_split("train", train)
-    if "val" in cfg.splits:
+    if "val" in cfg.splits and cfg.holdout_per_class is not None:
+        if val:
+            raise PrepareError("--holdout-per-class carves val out of the train images: give it or --val, not both")
+    elif "val" in cfg.splits:
         if not val:
-            raise PrepareError("--val is required when the val split is requested (or use --splits train)")
+            raise PrepareError("--val is required when the val split is requested (or use --splits train, or "
+                               "--holdout-per-class K to carve it out of train)")
         labels = None
         if devkit and val_labels:
             raise PrepareError("give --devkit or --val-labels, not both")
@@ -74,13 +97,13 @@ def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=
             raise PrepareError("--test is required when the test split is requested")
         indexes["test"] = index_split("test", test)
     if "train" in indexes:
-        classes = sorted({m.wnid for m in indexes["train"].members})
+        classes = _present(indexes["train"].members)
     elif devkit_leaves is not None:
         classes = devkit_leaves
     elif "val" in indexes:
-        classes = sorted({m.wnid for m in indexes["val"].members if m.wnid})
+        classes = _present(indexes["val"].members)
     else:  # test only: the labels are unknown, the class table is ImageNet-1k's
-        classes = sorted(wnid_names())
+        classes = list(label_space("imagenet-1k").wnids)
     if not classes:
         raise PrepareError("the sources hold no classes (is the train archive empty?)")
     if devkit_leaves is not None and devkit_leaves != classes:
@@ -91,12 +114,44 @@ def index_sources(cfg: Config, *, train=None, val=None, devkit=None, val_labels=
             + (f" (missing from train: {', '.join(missing[:5])}{'…' if len(missing) > 5 else ''})" if missing else "")
             + (f" (not in devkit: {', '.join(extra[:5])}{'…' if len(extra) > 5 else ''})" if extra else "")
             + "; use the devkit that belongs to these archives")
+    if "val" in indexes and devkit:  # the ground truth lists every val image: the source must hold those
+        partial = check_val_source(indexes["val"], labels, allow_partial=cfg.allow_partial_val)
+        if partial is not None and recorded is not None:
+            recorded["val"] = partial
     if "val" in indexes:
-        unknown = sorted({m.wnid for m in indexes["val"].members if m.wnid and m.wnid not in set(classes)})
+        unknown = sorted(set(_present(indexes["val"].members)) - set(classes))
         if unknown:
             raise PrepareError(f"val labels name {len(unknown)} classes not in train (e.g. {unknown[0]}); "
                                "the labels file does not belong to these archives")
     return indexes, classes
+
+
+def _present(members) -> list[str]:
+    """The labelled members' WNIDs, sorted (a MemberTable's, or a list of Members')."""
+    if hasattr(members, "present_wnids"):
+        return members.present_wnids()
+    return sorted({m.wnid for m in members if m.wnid})
+
+
+def resolve_label_space(config: Config, classes: list[str]) -> tuple[Config, list[str]]:
+    """(config with its label space resolved, the class list labels index). No --label-space: the
+    sources' sorted WNIDs (ImageNet-1k for the ILSVRC2012 archives: the config stays as it was, so
+    the bytes do; also under --classes, which relabels, and for WNIDs outside every release), or
+    `imagenet-22k` for sources whose classes are fall11 synsets, not all ImageNet-1k's (a full release);
+    `present`: the sources' WNIDs, recorded. PrepareError if no class of the sources is in the space."""
+    space = config.label_space
+    if space is None:
+        full = label_space("imagenet-22k")
+        # ILSVRC-like, a class subset (--classes relabels among the kept), or WNIDs no release has: as before
+        if is_imagenet_1k(classes) or config.classes is not None or not set(classes) <= set(full.wnids):
+            return config, classes
+        space = full
+    elif space == PRESENT:
+        space = present_space(classes)
+    if not set(classes) & set(space.wnids):
+        raise PrepareError(f"none of the sources' {len(classes)} classes (e.g. {classes[0]}) is in the label space "
+                           f"{space.name} ({space.num_classes} classes); is it the space you meant?")
+    return dataclasses.replace(config, label_space=space), list(space.wnids)
 
 
 def _class_table(classes: list[str], label_1k: dict[str, int | None] | None = None) -> list[dict]:
@@ -107,59 +162,6 @@ def _class_table(classes: list[str], label_1k: dict[str, int | None] | None = No
         for c in table:
             c["imagenet_1k_index"] = label_1k[c["wnid"]]
     return table
-
-
-def _show(value) -> str:
-    if isinstance(value, dict):  # a subset record: a list by its count and hash, not name by name
-        if "wnids" in value:
-            return f"{value.get('count')} listed WNIDs (sha256 {str(value.get('sha256'))[:12]}…)"
-        if "names" in value:
-            return f"{value.get('names')} listed names (sha256 {str(value.get('sha256'))[:12]}…)"
-        if "seed" in value:
-            return f"{value.get('count')} drawn with seed {value.get('seed')}"
-    if isinstance(value, list):
-        return ",".join(map(str, value)) or "none"
-    return "unset" if value is None else str(value)
-
-
-def _show_source(src: dict | None) -> str:
-    if src is None:
-        return "none"
-    return f"{src['name']} ({src['kind']}, {src['members']:,} members, {src['fingerprint'][:25]}…)"
-
-
-def state_differences(old: dict, new: dict) -> list[str]:
-    """What makes job state `old` (found in OUT) differ from `new` (asked for), as
-    "field: OLD (existing) vs NEW (asked)" lines: config fields, then sources, then classes. The
-    per-split plan is derived from those; it is named only when nothing else differs."""
-    out = []
-    oc, nc = _flat(old.get("config") or {}), _flat(new.get("config") or {})
-    for k in sorted(set(oc) | set(nc)):
-        if oc.get(k) != nc.get(k):
-            out.append(f"{k}: {_show(oc.get(k))} (existing) vs {_show(nc.get(k))} (asked)")
-    osrc = {s.get("split"): s for s in old.get("sources") or []}
-    nsrc = {s.get("split"): s for s in new.get("sources") or []}
-    for split in sorted(set(osrc) | set(nsrc), key=str):
-        if osrc.get(split) != nsrc.get(split):
-            out.append(f"{split} source: {_show_source(osrc.get(split))} (existing) vs "
-                       f"{_show_source(nsrc.get(split))} (asked)")
-    ocls, ncls = old.get("classes") or [], new.get("classes") or []
-    if ocls != ncls:
-        changed = sorted({c.get("wnid") for c in ocls} ^ {c.get("wnid") for c in ncls})
-        out.append(f"classes: {len(ocls)} (existing) vs {len(ncls)} (asked)"
-                   + (f", differing in {', '.join(changed[:3])}{'…' if len(changed) > 3 else ''}" if changed else ""))
-    if not out:
-        out += [f"{k}: the recorded job differs" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    return out
-
-
-def _flat(config: dict) -> dict:
-    """The config with its `subset` record spread out (`subset.per_class`, ...), so a difference
-    names the subset option that differs."""
-    flat = {k: v for k, v in config.items() if k != "subset"}
-    if isinstance(config.get("subset"), dict):
-        flat.update({f"subset.{k}": v for k, v in config["subset"].items()})
-    return flat
 
 
 def _open_out(out, state: dict, overwrite: bool) -> None:
@@ -183,52 +185,45 @@ def _open_out(out, state: dict, overwrite: bool) -> None:
         out.create()
         if old != state:
             out.write_json(STATE, state)
+    except DiskFull:
+        raise  # prepare() says what to do
     except OSError as e:
         raise PrepareError(f"cannot write to {out.where}: {e.strerror or storage.redact(e)}") from None
-
-
-def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
-    """(I, N) from --part I/N, else torchrun's RANK/WORLD_SIZE, else a Slurm array, else (0, 1)."""
-    if part:
-        try:
-            i, n = (int(x) for x in part.split("/"))
-        except ValueError:
-            raise PrepareError(f"--part takes I/N (e.g. 0/4), got {part!r}") from None
-    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        i = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))
-        n = int(env["SLURM_ARRAY_TASK_COUNT"])
-    elif "RANK" in env and "WORLD_SIZE" in env:
-        i, n = int(env["RANK"]), int(env["WORLD_SIZE"])
-    else:
-        i, n = 0, 1
-    if not (n >= 1 and 0 <= i < n):
-        raise PrepareError(f"part {i}/{n} is out of range: I must be in 0..N-1")
-    return i, n
 
 
 def _entry(split: str, key: str, source: str, reason: str, detail: str) -> dict:
     return {"split": split, "key": key, "source": source, "reason": reason, "detail": detail}
 
 
-def _split_state(idx: SourceIndex, p: SplitPlan, subset: bool) -> dict:
+def _split_state(idx: SourceIndex | None, p: SplitPlan, config: Config) -> dict:
     """The part of the job state that describes one split before any image is read: its number of
     shards, every input (members, and what indexing set aside) and the inputs already rejected or
     skipped: duplicate keys, unlabeled val images, unsafe keys, non-regular archive members; in a
-    subset run, also the number of inputs the subset left out (`excluded_by_subset`)."""
+    subset run, also the number of inputs the subset left out (`excluded_by_subset`); with a label
+    space, the inputs of other classes (`excluded_by_label_space`); with a held-out split, how many
+    train images went to val (`held_out`), and for val that it came from train (`idx` is None)."""
     why = {"duplicate_key": "another member has the same key; the first in key/source order was kept",
            "no_label": "the val labels file has no entry for this image"}
     rows = [(m, "duplicate_key") for m in p.duplicates] + [(m, "no_label") for m in p.unlabeled]
     rejected = [_entry(p.split, m.key, m.source, r, why[r]) for m, r in rows]
     skipped = []
-    for u in idx.unusable:
+    unusable = idx.unusable if idx is not None else []
+    for u in unusable:
         (skipped if u.status == "skipped" else rejected).append(_entry(p.split, u.key, u.source, u.reason, u.detail))
     order = lambda x: (x["key"], x["source"])  # noqa: E731
-    state = {"num_shards": len(p.shards), "images_in": p.images_in + len(idx.unusable),
+    state = {"num_shards": len(p.shards), "images_in": p.images_in + len(unusable),
              "plan_rejected": sorted(rejected, key=order)}
     if skipped:  # only when there are some: job states of earlier runs (which had none) stay equal
         state["plan_skipped"] = sorted(skipped, key=order)
-    if subset:  # only in a subset run: a full run's state (and manifest) stays as it was
+    if config.subset:  # only in a subset run: a full run's state (and manifest) stays as it was
         state["excluded_by_subset"] = p.excluded
+    if isinstance(config.label_space, LabelSpace) and idx is not None:
+        state["excluded_by_label_space"] = p.excluded_by_label_space
+    if config.holdout_per_class is not None:
+        if idx is None:
+            state["held_out_from"] = "train"
+        elif p.split == "train":
+            state["held_out"] = len(p.held_out)
     return state
 
 
@@ -251,6 +246,9 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, tes
         return _run(outdir, t0, out=out, train=train, val=val, devkit=devkit, val_labels=val_labels, test=test,
                     config=config, workers=workers, part=part, overwrite=overwrite,
                     verify_existing=verify_existing, progress=progress)
+    except DiskFull as e:
+        outdir.discard_if_unused()
+        raise PrepareError(f"{e}: {outdir.room_advice}") from None
     except (PrepareError, OSError):
         outdir.discard_if_unused()
         raise
@@ -272,27 +270,57 @@ def _run(outdir, t0: float, *, out, part, **job) -> dict:
 def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test, config: Config, workers, part,
                 overwrite, verify_existing, progress) -> tuple[dict, list[int]]:
     """Index, plan and build this part's shards; (summary, global numbers of the shards not done yet)."""
+    onepass = one_pass_reader(config, part, {"train": train, "val": val, "test": test},
+                              fresh=lambda: _fresh(outdir, overwrite), folder=lambda: outdir.make_scratch("spill"),
+                              workers=workers, progress=progress)
+    recorded: dict = {}
     try:
         indexes, classes = index_sources(config, train=train, val=val, devkit=devkit, val_labels=val_labels,
-                                         test=test)
+                                         test=test, read_sequential=onepass and onepass.read, recorded=recorded)
     except SourceError as e:
         raise PrepareError(str(e)) from None
+    t_index = time.monotonic()
+    config, classes = resolve_label_space(config, classes)
+    holdout = None if config.holdout_per_class is None else \
+        partial(holdout_rows, per_class=config.holdout_per_class, seed=config.seed)
     try:
-        classes, label_1k, plans = plan_splits(config, {s: idx.members for s, idx in indexes.items()}, classes)
+        classes, label_1k, plans = plan_splits(config, {s: idx.members for s, idx in indexes.items()}, classes,
+                                               holdout=holdout)
     except SubsetError as e:
         raise PrepareError(str(e)) from None
+    for split, plan in plans.items():  # a split asked for that would end with 0 samples: before any work
+        error = empty_split_error(split, indexes[split], plan) if split in indexes else None if len(plan.shards) else (
+            f"--holdout-per-class {config.holdout_per_class}: no class has more than {config.holdout_per_class} "
+            "train images, so the val split would have 0 samples; give a smaller K")
+        if error:
+            raise PrepareError(error)
     state = {
         "config": config.as_dict(),
         "sources": [{"split": idx.split, "kind": idx.kind, "name": idx.name, "bytes": idx.bytes,
-                     "fingerprint": idx.fingerprint(), "members": len(idx.members)} for idx in indexes.values()],
+                     "fingerprint": idx.fingerprint(), "members": len(idx.members), **recorded.get(idx.split, {})}
+                    for idx in indexes.values()],
         "classes": _class_table(classes, label_1k),
-        "splits": {s: _split_state(indexes[s], p, config.subset) for s, p in plans.items()},
+        "splits": {s: _split_state(indexes.get(s), p, config) for s, p in plans.items()},
     }
+    if isinstance(config.label_space, LabelSpace):  # only then: an ILSVRC run's manifest stays as it was
+        state["label_space"] = config.label_space.record()
+        state["dataset"] = config.label_space.dataset
     _open_out(outdir, state, overwrite)
-    sequential = {m.path: idx.kind for idx in indexes.values() if idx.kind in SEQUENTIAL_KINDS for m in idx.members}
-    del indexes, state  # the members live on in the plan's samples only: less for the workers to inherit
+    job = job_id(state)
+    if part[1] > 1:  # what this part ran with, for finalize to name what differs if a sibling ran otherwise
+        outdir.write_json(part_state_rel(part), state)
+    sequential = {path: idx.kind for s, idx in indexes.items() if idx.kind in SEQUENTIAL_KINDS
+                  and not (onepass and s in onepass.stored) for path in idx.members.files()}
+    if onepass:  # from here on, the members' bytes are their results in the one-pass spill
+        for s, stored in onepass.stored.items():
+            stored.relocate(indexes[s].members)
+    del indexes, state  # the members live on in the plan's tables only: less for the workers to inherit
     all_specs = [spec for s in config.splits for spec in plans[s].shards]
     del plans
+    if onepass:
+        relocated = {id(t) for t in onepass.tables}
+        for spec in all_specs:
+            spec.preprocessed = id(spec.table) in relocated
     mine = [spec for n, spec in enumerate(all_specs) if part_of(n, *part)]
     try:
         records = outdir.load_records(mine, verify_existing)
@@ -302,53 +330,93 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     reused = len(mine) - len(pending)
     del records, mine
     outdir.clean_stale(pending)  # temp files left by a killed run
-    done_images = _build(outdir, pending, config, workers, progress, sequential)
+    t_plan = time.monotonic()
+    try:
+        done_images = _build(outdir, pending, config, workers, progress, sequential, job, f"{part[0]}/{part[1]}")
+    except BaseException:  # an error or Interrupted: the workers are stopped; what they left goes too
+        with contextlib.suppress(OSError):
+            outdir.clean_stale(pending)
+        raise
+    finally:
+        if onepass:  # its spill is a copy, gone once the shards are built (or the run ends)
+            shutil.rmtree(onepass.folder, ignore_errors=True)
     done = outdir.record_names()
 
     missing = [n for n, sp in enumerate(all_specs) if record_name(sp) not in done]
     summary = {"out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
                "shards_reused": reused, "images_processed": done_images,
-               "wall_s": round(time.monotonic() - t0, 3)}
+               "wall_s": round(time.monotonic() - t0, 3),
+               # index (with a one-pass read: and processing), plan + job state, build (+ spill)
+               "stages_s": {"index": round(t_index - t0, 3), "plan": round(t_plan - t_index, 3),
+                            "build": round(time.monotonic() - t_plan, 3)}}
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
     return summary, missing
 
 
+def _fresh(outdir, overwrite: bool) -> bool:
+    """Whether OUT holds no job state yet (or --overwrite replaces it): a run that builds every shard."""
+    try:
+        outdir.read_json(STATE)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, ValueError):
+        return False
+    return overwrite
+
+
 def _build(out, pending: list[ShardSpec], config: Config, workers: int | None, progress: bool,
-           sequential: dict[str, str]) -> int:
+           sequential: dict[str, str], job: str, part: str) -> int:
     """Build the pending shards in worker processes (each builds, and for a remote OUT uploads and
     checks, whole shards); the main process writes each record as its shard is done (and keeps none).
 
     ``sequential``: files that cannot be read by offset (path -> kind); their planned members are
-    first copied into per-shard buckets (``spill``), removed again when the shards are built."""
+    first copied into per-shard buckets (``spill``), removed again when the shards are built.
+    ``job``: the job state's hash, stamped on each record (`parts`: finalize checks it)."""
     if not pending:
         return 0
     out.start_staging()
-    spill_dir = out.scratch("spill")
+    # one folder per part: parts that share OUT must not remove each other's buckets
+    spill_dir = out.scratch("spill" if part == "0/1" else f"spill-{part.replace('/', '-of-')}")
+    try:
+        return _build_shards(out, pending, config, workers, progress, sequential, spill_dir, job, part)
+    finally:  # the buckets (and a one-pass spill) are a copy: a rerun spills again
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def _build_shards(out, pending: list[ShardSpec], config: Config, workers: int | None, progress: bool,
+                  sequential: dict[str, str], spill_dir: str, job: str, part: str) -> int:
     if sequential:
-        files = {s.path for sp in pending for s in sp.samples if s.path in sequential}
+        files = {path for sp in pending for path in sp.paths() if path in sequential}
         with tqdm(total=len(files), desc="read sequential sources", unit="file", disable=not progress,
                   dynamic_ncols=True) as bar:
             try:
                 pending = spill(pending, sequential, spill_dir, workers=workers, progress=bar)
             except SourceError as e:
                 raise PrepareError(str(e)) from None
-    totals = Counter(sp.split for sp in pending for _ in sp.samples)
+            except OSError as e:
+                if is_disk_full(e) and not isinstance(e, DiskFull):
+                    raise disk_full_error(spill_dir) from e  # the buckets are plain appends
+                raise
+    totals = Counter()
+    for sp in pending:
+        totals[sp.split] += len(sp)
     bars = {s: tqdm(total=totals[s], desc=f"prepare {s}", unit="img", disable=not progress, position=i,
                     dynamic_ncols=True, smoothing=0.05)
             for i, s in enumerate(sorted(totals, key=SPLITS.index))}
-    rejected = Counter()
+    rejected, skipped = Counter(), Counter()  # the summary's two words: rejected (bad images), skipped (non-images)
     policy = config.policy()
     try:
         for _, rec in run_jobs(out.build, [(sp, policy) for sp in pending], workers=workers):
+            rec["job"], rec["part"] = job, part
             out.write_json(record_rel(rec["split"], rec["index"]), rec)
-            rejected[rec["split"]] += len(rec["rejected"]) + len(rec["skipped"])
+            rejected[rec["split"]] += len(rec["rejected"])
+            skipped[rec["split"]] += len(rec["skipped"])
             bar = bars[rec["split"]]
-            bar.set_postfix(rejected=rejected[rec["split"]], refresh=False)
+            bar.set_postfix(rejected=rejected[rec["split"]], skipped=skipped[rec["split"]], refresh=False)
             bar.update(rec["planned"])
     finally:
         for b in bars.values():
             b.close()
-    shutil.rmtree(spill_dir, ignore_errors=True)
     return sum(totals.values())
 
 

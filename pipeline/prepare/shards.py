@@ -1,7 +1,7 @@
 """Write one shard, atomically and byte-reproducibly, and describe what went into it.
 
 A worker process builds whole shards: read each planned member's bytes by offset, run
-`process_image`, append `KEY.cls`, `KEY.jpg`, `KEY.json` to a temp tar, fsync, rename. The returned
+`process_image` (or, for a one-pass build, take the result it stored: prepare/onepass.py), append `KEY.cls`, `KEY.jpg`, `KEY.json` to a temp tar, fsync, rename. The returned
 record (counts, hash, rejects, fixes) is what the manifest is assembled from.
 
 The tar is written with the standard library's ``tarfile``, the way ``webdataset.TarWriter(f,
@@ -28,6 +28,7 @@ from collections import Counter
 from imagenet_shards.pipeline.format.manifest import COUNTED_ONLY
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image
+from imagenet_shards.pipeline.prepare.onepass import unpack_result
 from imagenet_shards.pipeline.prepare.plan import PlannedSample, ShardSpec
 
 class SourceFiles:
@@ -99,7 +100,8 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
         hashing = _HashingWriter(raw, digests)
         with tarfile.open(fileobj=hashing, mode="w|") as tw:
             for s in spec.samples:
-                r = process_image(sources.read_member(s), policy)
+                data = sources.read_member(s)
+                r = unpack_result(data) if spec.preprocessed else process_image(data, policy)
                 where = {"split": spec.split, "key": s.key, "source": s.source}
                 if r.status in ("rejected", "skipped"):
                     (rejected if r.status == "rejected" else skipped).append(
@@ -119,7 +121,7 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
         size = raw.tell()
     return {
         "split": spec.split, "index": spec.index, "url": spec.url,
-        "num_samples": written, "planned": len(spec.samples),
+        "num_samples": written, "planned": len(spec),
         "bytes": size, "sha256": digests[0].hexdigest(), "md5": digests[1].hexdigest(),
         "class_counts": dict(sorted(class_counts.items())),
         "rejected": rejected, "skipped": skipped, "fixed": fixed, "fix_counts": dict(sorted(fix_counts.items())),

@@ -18,9 +18,8 @@ import shutil
 from collections import defaultdict
 
 from imagenet_shards.pipeline.parallel import run_jobs
-from imagenet_shards.pipeline.prepare.sources.huggingface import iter_member_bytes
 from imagenet_shards.pipeline.prepare.plan import ShardSpec
-from imagenet_shards.pipeline.prepare.sources import SourceError
+from imagenet_shards.pipeline.prepare.sources import SourceError, iter_member_bytes
 
 
 def spill(specs: list[ShardSpec], kinds: dict[str, str], folder: str, *, workers: int | None = None,
@@ -59,7 +58,7 @@ def spill(specs: list[ShardSpec], kinds: dict[str, str], folder: str, *, workers
                                       "during the run")
                 s = dataclasses.replace(s, member=dataclasses.replace(s.member, path=bucket, offset=offset))
             samples.append(s)
-        out.append(ShardSpec(spec.split, spec.index, samples))
+        out.append(ShardSpec(spec.split, spec.index, samples, dataset=spec.dataset))
     return out
 
 

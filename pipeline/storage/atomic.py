@@ -8,19 +8,56 @@ created with mode ``0o666 & ~umask`` like any other file (``mkstemp``'s 0600 wou
 unreadable to a training job running as another account). The PID in the name lets a folder
 shared by several processes (the shard cache) tell a live writer's temp file from a dead one's.
 Shards, manifests, records, checkpoints, synthetic archives and cached shards all go through here;
-remote objects are written by ``storage.fs`` (one PUT is atomic on object stores).
+remote objects are written by ``storage.fs`` (one PUT is atomic on object stores). A write that runs
+out of room raises ``DiskFull`` naming the file it was writing and the room left (the temp file is
+removed first): ``[Errno 28] No space left on device`` alone names neither, and torch.save reports
+it as ``RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos ...``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import secrets
 import shutil
 from typing import BinaryIO, Iterator
 
+from imagenet_shards.pipeline.storage.units import human_bytes
+
 TEMP_SUFFIX = ".tmp"
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(OSError):
+    """A local write ran out of room (ENOSPC, or a quota); the message names the file and the room left.
+    Callers add what to do (free space, another folder), which depends on the tool."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def is_disk_full(error: BaseException | None) -> bool:
+    """Whether `error`, or an exception it was raised from or while handling, is out-of-room."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _NO_ROOM:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def disk_full_error(path: str | os.PathLike) -> DiskFull:
+    """`DiskFull` for a write to `path` that ran out of room: "no space left on device writing PATH (N free)"."""
+    path = os.fspath(path)
+    try:
+        st = os.statvfs(os.path.dirname(path) or ".")
+        room = f"{human_bytes(st.f_bavail * st.f_frsize)} free there"
+    except OSError:
+        room = "free space unknown"
+    return DiskFull(errno.ENOSPC, f"no space left on device writing {path} ({room})", path)
 
 
 def temp_path(path: str | os.PathLike) -> str:
@@ -57,13 +94,16 @@ def fsync_dir(folder: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def _discarded_on_error(tmp: str) -> Iterator[None]:
-    """Remove the temp file `tmp` if the block fails (the target stays untouched), then re-raise."""
+def _discarded_on_error(tmp: str, target: str) -> Iterator[None]:
+    """Remove the temp file `tmp` if the block fails (the target stays untouched), then re-raise;
+    a failure for want of room as `DiskFull` naming `target`."""
     try:
         yield
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_full(e) and not isinstance(e, DiskFull):
+            raise disk_full_error(target) from e
         raise
 
 
@@ -77,8 +117,13 @@ def atomic_open(path: str | os.PathLike, *, fsync: bool = True) -> Iterator[Bina
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     tmp = temp_path(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    with _discarded_on_error(tmp):
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as e:
+        if is_disk_full(e):  # no inode left
+            raise disk_full_error(path) from e
+        raise
+    with _discarded_on_error(tmp, path):
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
@@ -98,7 +143,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, fsync: bool = True) ->
 def link_atomic(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Make ``target`` a copy of ``source`` atomically: a hard link where the file system has them."""
     tmp = temp_path(target)
-    with _discarded_on_error(tmp):
+    with _discarded_on_error(tmp, os.fspath(target)):
         try:
             os.link(source, tmp)
         except OSError:

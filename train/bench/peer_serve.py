@@ -6,7 +6,8 @@ puts this folder first on ``sys.path`` when it runs a script from it.
 
 Protocol, one JSON object per line: the script's one argument is the setup (``folder``, ``work``,
 ``res``, ``batch_size``, ``workers``, ``seed``); the peer builds its loader (untimed: FFCV writes
-its dataset file here) and answers ``{"ready": true, "note": ...}`` or ``{"error": "..."}``. Then each
+its dataset file here) and answers ``{"ready": true, "note": ..., "bytes_per_image": ...}`` (the
+last when it knows what its own files hold) or ``{"error": "..."}``. Then each
 request ``{"batches": B, "warmup": W}`` on stdin is answered with ``time_stream``'s figures, and
 ``{"quit": true}`` (or the end of stdin) ends the process.
 """
@@ -28,8 +29,9 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
-def serve(build: Callable[[dict], tuple[Callable[[int], Iterable], str]]) -> None:
-    """Build the loader with ``build(setup) -> (epochs, note)`` and answer timing requests; never returns.
+def serve(build: Callable[[dict], tuple]) -> None:
+    """Build the loader with ``build(setup) -> (epochs, note)`` or ``(epochs, note, bytes_per_image)``
+    and answer timing requests; never returns.
 
     Anything a library prints goes to stderr (fd 1 is pointed there), so stdout carries only the
     protocol. Ends with ``os._exit``: FFCV's writer pool can hang at interpreter exit (peers README)."""
@@ -42,12 +44,12 @@ def serve(build: Callable[[dict], tuple[Callable[[int], Iterable], str]]) -> Non
         proto.flush()
 
     try:
-        epochs, note = build(json.loads(sys.argv[1]))
+        epochs, note, *size = build(json.loads(sys.argv[1]))
         stream = BatchStream(epochs)
     except BaseException as e:  # the parent shows it as the row's "not run" reason
         send({"error": _error(e)})
         os._exit(0)
-    send({"ready": True, "note": note})
+    send({"ready": True, "note": note, "bytes_per_image": size[0] if size else None})
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("quit"):

@@ -25,15 +25,42 @@ START_TIMEOUT_S = 1800.0  # FFCV writes its dataset file and compiles its pipeli
 ROUND_TIMEOUT_S = 900.0
 
 
+# How FFCV's writer stores the images (RGBImageField), in the rows of both benchmarks (peer_ffcv.py, and
+# bench/peer_ffcv_writer.py for bench/bench_prepare.py). "jpg": every image re-encoded as JPEG, the
+# kind of bytes our shards hold. "rn50" and "rn18": what ffcv-imagenet recommends for training those
+# models (its README, "Training Details": 50 % JPEG at 500 px side length for ResNet-50, 10 % JPEG at
+# 400 px for ResNet-18; write_imagenet.sh passes --cfg.write_mode=proportion, the max resolution,
+# --cfg.compress_probability and --cfg.jpeg_quality=90): the other images are stored as raw pixels.
+FFCV_WRITES = {
+    "jpg": {"write_mode": "jpg", "max_resolution": 500, "jpeg_quality": 90},
+    "rn50": {"write_mode": "proportion", "max_resolution": 500, "compress_probability": 0.5, "jpeg_quality": 90},
+    "rn18": {"write_mode": "proportion", "max_resolution": 400, "compress_probability": 0.1, "jpeg_quality": 90},
+}
+
+
+def describe_write(name: str) -> str:
+    """FFCV_WRITES[name] in words: "jpg q90, max side 500" / "50 % JPEG q90, the rest raw, max side 500"."""
+    w = FFCV_WRITES[name]
+    if w["write_mode"] == "jpg":
+        return f"jpg q{w['jpeg_quality']}, max side {w['max_resolution']}"
+    return (f"{100 * w['compress_probability']:.0f} % JPEG q{w['jpeg_quality']}, the rest raw, "
+            f"max side {w['max_resolution']}")
+
+
 @dataclass(frozen=True)
 class Peer:
-    """A row run in another environment: ``DIR/<env>/bin/python <script> <setup JSON>``."""
+    """A row run in another environment: ``DIR/<env>/bin/python <script> <setup JSON>``; ``write``: the
+    FFCV_WRITES entry its writer uses (FFCV rows)."""
     name: str
     env: str
     script: Path
+    write: str | None = None
 
 
-PEERS = (Peer("DALI CPU pipeline", "dali", HERE / "peer_dali.py"), Peer("FFCV", "ffcv", HERE / "peer_ffcv.py"))
+PEERS = (Peer("DALI CPU pipeline", "dali", HERE / "peer_dali.py"),
+         Peer("FFCV", "ffcv", HERE / "peer_ffcv.py", "jpg"),
+         Peer("FFCV, rn50 write (50 % JPEG, 500 px)", "ffcv", HERE / "peer_ffcv.py", "rn50"),
+         Peer("FFCV, rn18 write (10 % JPEG, 400 px)", "ffcv", HERE / "peer_ffcv.py", "rn18"))
 
 
 class PeerNotRun(Exception):
@@ -76,6 +103,7 @@ class PeerProcess:
             self.close()
             raise
         self.note = msg.get("note", "")
+        self.bytes_per_image = msg.get("bytes_per_image")  # what its own files hold per image, if it says
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -125,5 +153,9 @@ class PeerProcess:
 
 def start_peer(peer: Peer, root: Path | None, setup: dict) -> PeerProcess:
     """Start ``peer`` from the folder ``root`` with ``setup`` (folder, work, res, batch_size, workers,
-    seed); raises PeerNotRun with the row's note when it cannot run."""
+    seed; plus ``write``, ``write_name`` for an FFCV row); raises PeerNotRun with the row's note when it
+    cannot run."""
+    if peer.write is not None:
+        setup = {**setup, "write": FFCV_WRITES[peer.write], "write_name": peer.write,
+                 "write_note": describe_write(peer.write)}
     return PeerProcess(peer, peer_python(peer, root), setup)

@@ -74,11 +74,13 @@ def text_lines(result: dict, *, workers: int, batch_size: int, batches: int, rou
         width = max(len(r["name"]) for r in rows)
         lines.append("")
         lines.append(f"{'loader':<{width}}  {'img/s':>8}  {'best':>8}  {'img/s/worker':>12}  {'img/cpu-s':>9}  "
-                     f"{'ours is':>8}  {'(by cpu)':>8}  note")
+                     f"{'ours is':>8}  {'(by cpu)':>8}  {'KB/img':>6}  note")
         for r in rows:
             speed = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
             speed_cpu = "-" if r["speedup_cpu"] is None else f"{r['speedup_cpu']:.2f}x"
+            size = r.get("bytes_per_image")
             lines.append(f"{r['name']:<{width}}  {_fmt(r['images_per_s'], '8.1f')}  "
                          f"{_fmt(r['images_per_s_best'], '8.1f')}  {_fmt(r['images_per_s_per_worker'], '12.1f')}  "
-                         f"{_fmt(r['images_per_cpu_s'], '9.1f')}  {speed:>8}  {speed_cpu:>8}  {r['note']}")
+                         f"{_fmt(r['images_per_cpu_s'], '9.1f')}  {speed:>8}  {speed_cpu:>8}  "
+                         f"{_fmt(None if size is None else size / 1000, '6.0f')}  {r['note']}")
     return lines

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     result["machine"] = machine_info()
     if args.target_img_s:
         result["verdict"] = from_rates(result["images_per_s"], args.target_img_s, workers=args.workers or 1,
-                                       cores=usable_cores()).as_dict()
+                                       cores=usable_cores(), decoder=result["decoder"]).as_dict()
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

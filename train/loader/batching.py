@@ -171,6 +171,7 @@ def _form(records: Iterator[Record], images: torch.Tensor, labels: torch.Tensor,
     """Decode records into the slots of one batch until it is full (train) or ``len(images)``
     records are used (eval), or the records run out."""
     n, slots = len(labels), images.numpy()
+    label_slots = labels.numpy()  # a numpy store is ~0.1 us, a tensor's __setitem__ ~2-5 us
     bad, filled, taken = [], 0, 0
     while filled < n and (fill or taken < n):
         rec = next(records, None)
@@ -184,7 +185,7 @@ def _form(records: Iterator[Record], images: torch.Tensor, labels: torch.Tensor,
                 raise BadSampleError(f"bad sample {rec.key!r} in {rec.url}: {e}") from None
             bad.append((rec.key, rec.url, str(e)))
             continue
-        labels[filled] = label
+        label_slots[filled] = label
         keys.append(rec.key)
         filled += 1
     return _Formed(filled, keys, bad, taken)

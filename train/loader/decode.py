@@ -248,7 +248,7 @@ def _array_to_chw(hwc: np.ndarray, out: np.ndarray, flip: bool) -> np.ndarray:
     return out
 
 
-# ----------------------------------------------------------------------------- turbo path (libjpeg-turbo region)
+# ----------------------------------------------------------------------------- turbo path (libjpeg-turbo, one C call)
 
 def _turbo_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) of a 3-component JPEG the turbo path can try; None sends it to Pillow."""
@@ -256,22 +256,33 @@ def _turbo_size(data: bytes) -> tuple[int, int] | None:
     return (head[0], head[1]) if head is not None and head[2] == 3 else None
 
 
-def _turbo_resized_crop(data: bytes, top: float, left: float, h: float, w: float,
-                        out_w: int, out_h: int) -> Image.Image | None:
-    """The crop box (original pixels) resampled to out_w x out_h (RGBX), decoding only the
-    region the bilinear filter reads; None when the extension declines the bytes."""
-    s = _dct_reduction(w, h, out_w, out_h)
-    x0, y0, x1, y1 = left / s, top / s, (left + w) / s, (top + h) / s
-    reach_x = max(1.0, (x1 - x0) / out_w) * _FILTER_SUPPORT
-    reach_y = max(1.0, (y1 - y0) / out_h) * _FILTER_SUPPORT
-    region = _jpegcrop.decode_region(
-        data, s, int(math.floor(x0 - reach_x)) - _COL_MARGIN, int(math.floor(y0 - reach_y)) - _ROW_MARGIN,
-        int(math.ceil(x1 + reach_x)) + _COL_MARGIN, int(math.ceil(y1 + reach_y)) + _ROW_MARGIN)
-    if region is None:
-        return None
-    pixels, rx, ry, width, rows = region
-    img = Image.frombuffer("RGBX", (width, rows), pixels, "raw", "RGBX", 0, 1)  # no copy
-    return img.resize((out_w, out_h), Image.BILINEAR, box=(x0 - rx, y0 - ry, x1 - rx, y1 - ry))
+def _turbo_into(data: bytes, top: float, left: float, h: float, w: float, out: np.ndarray,
+                flip: bool) -> bool:
+    """The crop box resampled into ``out`` (uint8 [3,H,W]) by ``_jpegcrop.crop_into``; False when the
+    extension declines the bytes (Pillow then decides); DecodeError when libjpeg warned about the data."""
+    status = _jpegcrop.crop_into(data, out, top, left, h, w, flip)
+    if status is None:
+        return True
+    kind, message = status
+    if kind == "corrupt":
+        raise DecodeError(f"corrupt JPEG data (libjpeg: {message})")
+    return False
+
+
+def _crop(data: bytes, img: Image.Image | None, box: tuple, out_size: int, out: np.ndarray | None,
+          flip: bool) -> np.ndarray:
+    """The crop ``box`` (top, left, h, w) to ``out`` (allocated when None): turbo when ``img`` is None
+    (falling back to Pillow if it declines), else Pillow."""
+    if img is None:
+        shape = (3, out_size, out_size)
+        slot = (out if out is not None and out.flags.c_contiguous and out.dtype == np.uint8 and out.shape == shape
+                else np.empty(shape, np.uint8))
+        if _turbo_into(data, *box, slot, flip):
+            if out is not None and slot is not out:
+                out[...] = slot
+            return out if out is not None else slot
+        img = _open(data)
+    return _write_chw(_pil_resized_crop(img, *box, out_size, out_size), out, flip)
 
 
 def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image | None]:
@@ -282,17 +293,6 @@ def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image 
             return size, None
     img = _open(data)
     return img.size, img
-
-
-def _resized_crop(data: bytes, img: Image.Image | None, top: float, left: float, h: float, w: float,
-                  out_w: int, out_h: int) -> Image.Image:
-    """The resized crop (RGB or RGBX): turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow."""
-    if img is None:
-        out = _turbo_resized_crop(data, top, left, h, w, out_w, out_h)
-        if out is not None:
-            return out
-        img = _open(data)
-    return _pil_resized_crop(img, top, left, h, w, out_w, out_h)
 
 
 # ----------------------------------------------------------------------------- torchvision.io path
@@ -339,9 +339,9 @@ def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0)
     decoder = resolve_decoder(decoder)
     if decoder != "tvio":
         (W, H), img = _open_size(data, decoder)
-        top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
+        box = random_resized_crop_params(W, H, scale, ratio, rng)
         flip = hflip and rng.random() < 0.5
-        return _write_chw(_resized_crop(data, img, top, left, h, w, res, res), out, flip)
+        return _crop(data, img, box, res, out, flip)
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
@@ -364,8 +364,7 @@ def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str 
 
     if decoder != "tvio":
         size, img = _open_size(data, decoder)
-        top, left, h, w = box(*size)
-        return _write_chw(_resized_crop(data, img, top, left, h, w, crop, crop), out)
+        return _crop(data, img, box(*size), crop, out, False)
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = box(W, H)

@@ -1,18 +1,77 @@
 """Batched resized crops for `--gpu-decode`: every image of a batch cropped and resized in a few
 kernels, instead of a dozen small ones per image (torchvision's `resized_crop` in a Python loop).
 
-The images are padded into one tensor and each output is `Wy @ image @ Wx^T`, with per-image weight
-matrices of the antialiased bilinear filter (torch's and PIL's: a triangle widened by the
-downscale factor, cut at the crop's edges and renormalized) and the horizontal flip folded into
-`Wx`. Measured against torchvision's uint8 `resized_crop` on the same images: at most one grey level
-apart (it rounds between its two passes; against its float path, equal but for rare ties).
+The images are padded into one tensor (torch's nested-tensor padding: one copy into a flat buffer
+and one padding kernel, not one copy per image) and each output is `Wy @ image @ Wx^T`, with
+per-image weight matrices of the antialiased bilinear filter (torch's and PIL's: a triangle widened
+by the downscale factor, cut at the crop's edges and renormalized) and the horizontal flip folded
+into `Wx`. Measured against torchvision's uint8 `resized_crop` on the same images: at most one grey
+level apart (it rounds between its two passes; against its float path, equal but for rare ties),
+when the matmuls run in float32: TF32 (`torch.set_float32_matmul_precision("high")`, which the
+trainer sets only for `--amp none`) keeps 10 mantissa bits and can add a grey level.
+
+The crop boxes of a batch are drawn at once too (`random_resized_crop_boxes`, `center_crop_boxes`):
+the CPU loader's per-image functions in `decode`, in numpy over the batch, equal to them given the
+same random draws (tests/train/loader/test_gpu_crop.py).
 """
 
 from __future__ import annotations
 
+import math
+import warnings
+
+import numpy as np
 import torch
 
 CROP_CHUNK_FLOATS = 2**26  # float32 elements of padded images cropped per matmul (256 MB)
+ATTEMPTS = 10              # RandomResizedCrop's tries before its centre-crop fallback
+
+
+def rrc_boxes_from_draws(widths, heights, ratio, area_frac, log_ratio, u_top, u_left) -> np.ndarray:
+    """(top, left, h, w) int64 [B,4] of RandomResizedCrop given its draws: area_frac and log_ratio
+    [B, ATTEMPTS] (uniform in scale / log(ratio)), u_top and u_left [B] uniform in [0, 1) for the
+    position (randint(0, n) = floor(u * (n + 1))). Same rules as `decode.random_resized_crop_params`."""
+    width, height = np.asarray(widths, np.int64)[:, None], np.asarray(heights, np.int64)[:, None]
+    target = (width * height) * area_frac
+    aspect = np.exp(log_ratio)
+    w = np.rint(np.sqrt(target * aspect)).astype(np.int64)  # rint: Python's round, half to even
+    h = np.rint(np.sqrt(target / aspect)).astype(np.int64)
+    ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+    first = ok.argmax(1)
+    rows = np.arange(len(first))
+    w, h, width, height = w[rows, first], h[rows, first], width[:, 0], height[:, 0]
+    top = np.floor(np.asarray(u_top) * (height - h + 1)).astype(np.int64)
+    left = np.floor(np.asarray(u_left) * (width - w + 1)).astype(np.int64)
+    # no try fits: a centre crop clamped to the ratio range
+    in_ratio = width / height
+    lo, hi = min(ratio), max(ratio)
+    fw = np.where(in_ratio < lo, width, np.where(in_ratio > hi, np.rint(height * hi).astype(np.int64), width))
+    fh = np.where(in_ratio < lo, np.rint(width / lo).astype(np.int64), height)
+    miss = ~ok.any(1)
+    out = np.stack([top, left, h, w], 1)
+    out[miss] = np.stack([(height - fh) // 2, (width - fw) // 2, fh, fw], 1)[miss]
+    return out
+
+
+def random_resized_crop_boxes(widths, heights, scale, ratio, rng: np.random.Generator) -> np.ndarray:
+    """RandomResizedCrop boxes (top, left, h, w) for a batch of image sizes, drawn from `rng`."""
+    n = len(widths)
+    area_frac = rng.uniform(scale[0], scale[1], (n, ATTEMPTS))
+    log_ratio = rng.uniform(math.log(ratio[0]), math.log(ratio[1]), (n, ATTEMPTS))
+    return rrc_boxes_from_draws(widths, heights, ratio, area_frac, log_ratio, rng.random(n), rng.random(n))
+
+
+def center_crop_boxes(widths, heights, resize: int, crop: int) -> np.ndarray:
+    """`decode.center_crop_params` (Resize(resize) + CenterCrop(crop)) for a batch: float64 [B,4]."""
+    if crop > resize:
+        raise ValueError(f"val crop {crop} is larger than the val resize {resize}")
+    width, height = np.asarray(widths, np.int64), np.asarray(heights, np.int64)
+    portrait = width <= height
+    rw = np.where(portrait, resize, (resize * width / height).astype(np.int64))  # int(): truncation
+    rh = np.where(portrait, (resize * height / width).astype(np.int64), resize)
+    top, left = np.rint((rh - crop) / 2.0), np.rint((rw - crop) / 2.0)
+    sx, sy = width / rw, height / rh
+    return np.stack([top * sy, left * sx, crop * sy, crop * sx], 1)
 
 
 def resize_weights(starts: torch.Tensor, lengths: torch.Tensor, size: int, extent: int) -> torch.Tensor:
@@ -31,28 +90,35 @@ def resize_weights(starts: torch.Tensor, lengths: torch.Tensor, size: int, exten
     return w / w.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
-def crop_batch(images: list[torch.Tensor], boxes: list[tuple[float, float, float, float]], flips: list[bool],
-               size: int) -> torch.Tensor:
-    """Resized crops (antialiased bilinear) of each image's box (top, left, h, w) to size x size,
-    flipped where asked; uint8 [B,3,size,size] on the images' device. Same integer box rounding as
-    the CPU loader's tvio path. Chunks of at most CROP_CHUNK_FLOATS padded pixels bound the memory."""
+def padded(images: list[torch.Tensor], height: int, width: int) -> torch.Tensor:
+    """float32 [B,3,height,width]: the images top-left, zeros around them (nested-tensor padding)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "nested tensors are in prototype stage"
+        nested = torch.nested.nested_tensor(images, dtype=torch.float32)
+        return nested.to_padded_tensor(0.0, output_size=(len(images), 3, height, width))
+
+
+def crop_batch(images: list[torch.Tensor], boxes, flips, size: int) -> torch.Tensor:
+    """Resized crops (antialiased bilinear) of each image's box (top, left, h, w: rows of `boxes`,
+    a [B,4] array or a list of tuples) to size x size, flipped where asked; uint8 [B,3,size,size] on
+    the images' device. Same integer box rounding as the CPU loader's tvio path. Chunks of at most
+    CROP_CHUNK_FLOATS padded pixels bound the memory."""
     device = images[0].device
     b = len(images)
     out = torch.empty((b, 3, size, size), dtype=torch.uint8, device=device)
-    hs, ws = [img.shape[-2] for img in images], [img.shape[-1] for img in images]
-    H, W = max(hs), max(ws)
-    t0 = [int(round(top)) for top, _, _, _ in boxes]
-    l0 = [int(round(left)) for _, left, _, _ in boxes]
-    ch = [int(round(top + h)) - t for (top, _, h, _), t in zip(boxes, t0)]
-    cw = [int(round(left + w)) - l for (_, left, _, w), l in zip(boxes, l0)]
-    geometry = torch.tensor([t0, ch, l0, cw], dtype=torch.int64).to(device)
+    H, W = max(img.shape[-2] for img in images), max(img.shape[-1] for img in images)
+    box = np.asarray(boxes, dtype=np.float64).reshape(b, 4)
+    t0, l0 = np.rint(box[:, 0]), np.rint(box[:, 1])  # round half to even, as Python's round()
+    geometry = torch.from_numpy(np.stack([t0, np.rint(box[:, 0] + box[:, 2]) - t0, l0,
+                                          np.rint(box[:, 1] + box[:, 3]) - l0]).astype(np.int64))
+    flip = torch.from_numpy(np.asarray(flips, dtype=bool).reshape(b))
+    if device.type == "cuda":  # from pinned memory: an asynchronous copy that does not stall the stream
+        geometry, flip = geometry.pin_memory(), flip.pin_memory()
+    geometry, flip = geometry.to(device, non_blocking=True), flip.to(device, non_blocking=True)
     chunk = max(1, CROP_CHUNK_FLOATS // (3 * H * W))
-    flip = torch.tensor(flips, dtype=torch.bool).to(device)
     for a in range(0, b, chunk):
         z = min(b, a + chunk)
-        canvas = torch.zeros((z - a, 3, H, W), dtype=torch.float32, device=device)
-        for i in range(a, z):
-            canvas[i - a, :, :hs[i], :ws[i]] = images[i]
+        canvas = padded(images[a:z], H, W)
         wy = resize_weights(geometry[0, a:z], geometry[1, a:z], size, H)
         wx = resize_weights(geometry[2, a:z], geometry[3, a:z], size, W)
         wx = torch.where(flip[a:z].view(-1, 1, 1), wx.flip(1), wx)

@@ -5,16 +5,16 @@ Worker processes only read tars (cheap), following the same per-epoch plan as th
 (`imagenet_shards.train.loader.plan.epoch_plan`: same shard order, equal full batches per train
 rank, every val sample once). A thread of the main process, on a CUDA stream of its own, decodes
 each batch with `torchvision.io.decode_jpeg(device="cuda")` (nvJPEG, batched) and crops it with the
-CPU loader's geometry (`decode`'s RandomResizedCrop / Resize+CenterCrop parameters, antialiased
-bilinear, flip) in one batched op; finished batches wait in a small queue. Output: uint8
+CPU loader's geometry (`decode`'s RandomResizedCrop / Resize+CenterCrop parameters, drawn for the
+whole batch at once: `gpu_crop`; antialiased bilinear, flip) in one batched op; finished batches wait
+in a small queue. Output: uint8
 [B,3,S,S] on the GPU, the CPU loader's contract, so the prefetcher and trainer run unchanged.
 
-Stream safety (pytorch/vision#9606, torchcodec#1634): nvJPEG's hardware engine writes its outputs
-from its own stream without waiting for the stream they were allocated on, so a block the caching
-allocator just recycled on that stream may still be in use by queued kernels. The decode stream is
-therefore drained (host-synchronized) before every decode. Batches cross to the consumer with a
-CUDA event (the consumer's stream waits on it) and `record_stream`, so their memory is not reused
-while the consumer's kernels still read it.
+Streams (`gpu_streams`): the decode runs with a kernel-free stream current (nvJPEG's hardware
+engine does not wait for the stream its outputs were allocated on: pytorch/vision#9606), the crop
+on a second stream behind an event, so one batch is cropped while the next is decoded and no drain
+(host sync) is needed; the one host sync per batch left is inside `decode_jpeg`. Batches cross to
+the consumer with an event and `record_stream`.
 
 Exact-epoch guarantee: a train batch always has its full size. Images that fail to decode are
 replaced by repeats of the batch's good ones; a batch with none is refilled from the previous
@@ -26,7 +26,6 @@ without CUDA.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import random
@@ -42,7 +41,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.cache import ShardCache
-from imagenet_shards.train.loader.gpu_crop import crop_batch
+from imagenet_shards.train.loader.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
+from imagenet_shards.train.loader.gpu_streams import CropTimer, StreamOps
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.loader.reading import open_url, read_pieces
 from imagenet_shards.train.loader.batching import shuffle_buffer
@@ -143,62 +143,24 @@ class RawBatches(IterableDataset):
 
 
 def decode_batch(jpgs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
-    """Decode to RGB uint8 [3,H,W] on `device`, batched; None for a JPEG that will not decode."""
+    """Decode to RGB uint8 [3,H,W] on `device`, batched; None for a JPEG that will not decode. One
+    bad JPEG fails a batched call: the batch is then halved until the bad ones are alone (about
+    2 log2(B) calls per bad JPEG, not B single decodes)."""
     from torchvision.io import ImageReadMode, decode_jpeg
     target = device if device.type == "cuda" else "cpu"
+
+    def attempt(part: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        try:
+            return [img.to(device) for img in decode_jpeg(part, mode=ImageReadMode.RGB, device=target)]
+        except RuntimeError:
+            if len(part) == 1:
+                return [None]
+            mid = len(part) // 2
+            return attempt(part[:mid]) + attempt(part[mid:])
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29 points at TorchCodec
-        try:
-            return [img.to(device) for img in decode_jpeg(jpgs, mode=ImageReadMode.RGB, device=target)]
-        except RuntimeError:
-            pass
-        images = []
-        for data in jpgs:  # one bad JPEG fails the batched call: find it
-            try:
-                images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=target).to(device))
-            except RuntimeError:
-                images.append(None)
-        return images
-
-
-class StreamOps:
-    """The CUDA stream hand-off of the decode thread, in one place (no-ops on the CPU)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-
-    def context(self):
-        """Make the decode stream (and its device) current in the calling thread."""
-        if self.stream is None:
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.cuda.device(self.device))
-        stack.enter_context(torch.cuda.stream(self.stream))
-        return stack
-
-    def drain(self) -> None:
-        """Wait until the decode stream is idle: blocks it freed can be handed to nvJPEG safely."""
-        if self.stream is not None:
-            self.stream.synchronize()
-
-    def done(self):
-        """An event marking the end of the work queued so far on the decode stream."""
-        if self.stream is None:
-            return None
-        event = torch.cuda.Event()
-        event.record(self.stream)
-        return event
-
-    def hand_over(self, tensors, event) -> None:
-        """In the consumer's thread: its current stream waits for `event`, and the tensors' memory
-        stays reserved until that stream's work on them is done."""
-        if self.stream is None:
-            return
-        current = torch.cuda.current_stream(self.device)
-        current.wait_event(event)
-        for t in tensors:
-            t.record_stream(current)
+        return attempt(list(jpgs)) if jpgs else []
 
 
 class _Failed:
@@ -289,69 +251,79 @@ class GpuDecodeLoader:
     def _produce(self, epoch: int, size: int, stats: dict) -> Iterator[tuple]:
         """(images, labels, event) per batch; runs in the decode thread."""
         train = self.dataset.train
-        rng = random.Random(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
+        rng = np.random.default_rng(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
+        timer = self.ops.timer()
         prev = None
         with self.ops.context():
             raw = iter(self._loader)
-            while True:
-                t0 = time.perf_counter()
-                item = next(raw, None)
-                t1 = time.perf_counter()
-                stats["wait_s"] += t1 - t0
-                if item is None:
-                    return
-                blob, offsets, labels, codings, counts = item
-                skipped, repeated = counts.tolist()
-                stats["bad_samples"] += skipped
-                stats["duplicated"] += repeated
-                bounds = offsets.tolist()
-                jpgs = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-                coded = codings.tolist()
-                stats["hardware_decodes"] += coded.count(BASELINE)
-                stats["host_decodes"] += len(coded) - coded.count(BASELINE)
-                self.ops.drain()  # see the module docstring: nvJPEG must not get a block still in use
-                images = self.decode(jpgs, self.device)
-                self.ops.drain()
-                t2 = time.perf_counter()
-                stats["decode_s"] += t2 - t1
-                good = [i for i, img in enumerate(images) if img is not None]
-                n = len(images)
-                if len(good) < n:
-                    stats["bad_samples"] += n - len(good)
-                    log.warning("skipped %d undecodable JPEGs in a batch", n - len(good))
-                labels = labels.to(self.device, non_blocking=self.device.type == "cuda" and labels.is_pinned())
-                if not good:
-                    if not train:
-                        continue  # eval: no per-batch collectives, the batch is just left out
-                    if prev is None:
-                        raise RuntimeError("no image of the epoch's first batch decodes: cannot form a full "
-                                           "batch (is every image in these shards bad? run audit-shards)")
-                    pick = torch.arange(n, device=self.device) % prev[0].shape[0]
-                    out, labels = prev[0][pick], prev[1][pick]
-                    stats["duplicated"] += n
+            try:
+                while True:
+                    t0 = time.perf_counter()
+                    item = next(raw, None)
+                    t1 = time.perf_counter()
+                    stats["wait_s"] += t1 - t0
+                    if item is None:
+                        return
+                    blob, offsets, labels, codings, counts = item
+                    skipped, repeated = counts.tolist()
+                    stats["bad_samples"] += skipped
+                    stats["duplicated"] += repeated
+                    bounds = offsets.tolist()
+                    jpgs = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+                    baseline = int((codings == BASELINE).sum())
+                    stats["hardware_decodes"] += baseline
+                    stats["host_decodes"] += len(jpgs) - baseline
+                    with self.ops.decoding():  # see the module docstring: no drain needed
+                        images = self.decode(jpgs, self.device)
+                    stats["decode_s"] += time.perf_counter() - t1
+                    batch = self._crop(images, labels, train, size, rng, timer, prev, stats)
+                    if batch is not None:
+                        prev = batch[:2]
+                        yield batch
+            finally:
+                stats["crop_s"] += timer.finish()
+
+    def _crop(self, images: list, labels: torch.Tensor, train: bool, size: int, rng: np.random.Generator,
+              timer: CropTimer, prev, stats: dict):
+        """One decoded batch -> (images, labels, event) on the crop stream; None for an eval batch
+        whose images all failed (left out: eval has no per-batch collectives)."""
+        n = len(images)
+        good = [i for i, img in enumerate(images) if img is not None]
+        if len(good) < n:
+            stats["bad_samples"] += n - len(good)
+            log.warning("skipped %d undecodable JPEGs in a batch", n - len(good))
+            if good and train:  # keep the batch full: repeat good samples
+                stats["duplicated"] += n - len(good)
+                good = [good[i % len(good)] for i in range(n)]
+            if good:
+                labels = labels[good]  # on the host: an index tensor on the device would be a blocking copy
+        with self.ops.cropping(images):
+            labels = labels.to(self.device, non_blocking=self.device.type == "cuda" and labels.is_pinned())
+            if not good:
+                if not train:
+                    return None
+                if prev is None:
+                    raise RuntimeError("no image of the epoch's first batch decodes: cannot form a full "
+                                       "batch (is every image in these shards bad? run audit-shards)")
+                pick = torch.arange(n, device=self.device) % prev[0].shape[0]
+                out, labels = prev[0][pick], prev[1][pick]
+                stats["duplicated"] += n
+            else:
+                picked = [images[i] for i in good]
+                heights = [img.shape[-2] for img in picked]
+                widths = [img.shape[-1] for img in picked]
+                if train:
+                    boxes = random_resized_crop_boxes(widths, heights, self.scale, self.ratio, rng)
+                    flips = (rng.random(len(picked)) < 0.5) & self.hflip
                 else:
-                    if train:  # keep the batch full: repeat good samples
-                        stats["duplicated"] += n - len(good)
-                        good = [good[i % len(good)] for i in range(n)]
-                    if len(good) != n or good != list(range(n)):
-                        labels = labels[torch.tensor(good, device=self.device)]
-                    picked = [images[i] for i in good]
-                    boxes, flips = [], []
-                    for img in picked:
-                        h, w = img.shape[-2:]
-                        if train:
-                            boxes.append(dec.random_resized_crop_params(w, h, self.scale, self.ratio, rng))
-                            flips.append(self.hflip and rng.random() < 0.5)
-                        else:
-                            boxes.append(dec.center_crop_params(w, h, self.val_resize, self.val_crop))
-                            flips.append(False)
-                    out = crop_batch(picked, boxes, flips, size)
-                    self.ops.drain()  # for the timing only: the next decode would wait for it anyway
-                    stats["crop_s"] += time.perf_counter() - t2
-                prev = (out, labels)
-                stats["samples"] += out.shape[0]
-                stats["batches"] += 1
-                yield out, labels, self.ops.done()
+                    boxes = center_crop_boxes(widths, heights, self.val_resize, self.val_crop)
+                    flips = np.zeros(len(picked), dtype=bool)
+                start = timer.start()
+                out = crop_batch(picked, boxes, flips, size)
+                timer.stop(start)
+            stats["samples"] += out.shape[0]
+            stats["batches"] += 1
+            return out, labels, self.ops.done()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch = int(self.dataset.state[0])

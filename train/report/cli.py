@@ -3,10 +3,11 @@
   report-run RUN_DIR [--out report.png] [--json]
 
 Reads RUN_DIR/metrics.jsonl (a local folder or a URL) and draws loss, top-1/top-5, learning rate,
-throughput and data-wait over steps (each step once: records a resumed run superseded are left
-out), with one verdict line: "data-bound: the training loop waited 34 % of the time; ~1.5x more
-loader throughput needed ..." or "compute-bound: data-wait 1.2 %"; then each epoch's data
-fingerprint (samples used and a hash of their keys, over all ranks).
+throughput, data-wait and memory (main RSS, loader workers' PSS per epoch) over steps (each step
+once: records a resumed run superseded are left out), with one verdict line: "data-bound: the
+training loop waited 34 % of the time; ~1.5x more loader throughput needed ..." or
+"compute-bound: data-wait 1.2 %"; then each epoch's data fingerprint (samples used and a hash of
+their keys, over all ranks).
 Needs matplotlib (pip install -e '.[report]').
 """
 

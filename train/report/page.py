@@ -1,4 +1,4 @@
-"""One page per training run: loss, accuracy, learning rate, throughput and data-wait, and the verdict.
+"""One page per training run: loss, accuracy, learning rate, throughput, data-wait, memory, and the verdict.
 
 Drawn with matplotlib (the ``report`` extra) on the Agg backend, from RUN_DIR/metrics.jsonl alone, so
 it works for a finished run, a running one, or a copy of its metrics. Curves are over global steps;
@@ -14,8 +14,8 @@ from imagenet_shards.train.report.records import current_records, fingerprints
 from imagenet_shards.train.report.verdict import Verdict, from_metrics
 
 METRICS_FILE = "metrics.jsonl"
-PAGE_INCHES, DPI = (12, 9), 100
-PANELS = ("loss", "accuracy", "learning rate", "throughput", "data-wait")
+PAGE_INCHES, DPI = (12, 12), 100
+PANELS = ("loss", "accuracy", "learning rate", "throughput", "data-wait", "memory")
 
 
 class ReportError(Exception):
@@ -65,8 +65,9 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
     import matplotlib.pyplot as plt
 
     verdict = run_verdict(records)
-    fig, axes = plt.subplots(3, 2, figsize=PAGE_INCHES, dpi=DPI)
-    ax = dict(zip(PANELS, axes.flat))
+    fig = plt.figure(figsize=PAGE_INCHES, dpi=DPI)
+    grid = fig.add_gridspec(4, 2)
+    ax = {name: fig.add_subplot(grid[i // 2, i % 2]) for i, name in enumerate(PANELS)}
     plots = {
         "loss": [("train_interval", "loss", "train (interval)"), ("epoch", "val_loss", "val")],
         "accuracy": [("train_interval", "acc", "train top-1 (interval)"), ("epoch", "val_top1", "val top-1"),
@@ -76,6 +77,8 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
                        ("epoch", "steady_img_per_s", "steady img/s (epoch)"),
                        ("ceiling", "steady_img_per_s", "synthetic-data ceiling")],
         "data-wait": [("train_interval", "data_wait_fraction", "data-wait fraction")],
+        "memory": [("epoch", "main_rss_gib", "main process RSS, GiB"),
+                   ("epoch", "workers_pss_gib", "loader workers PSS (sum), GiB")],
     }
     for name, lines in plots.items():
         a = ax[name]
@@ -89,6 +92,8 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
         if name == "data-wait":
             a.axhline(0.05, color="grey", linestyle=":", label="5 % (data-bound above)")
             a.set_ylim(0, 1)
+        if name == "memory":
+            _memory_limits(a, records)
         a.set_title(name)
         a.set_xlabel("step")
         a.grid(alpha=0.3)
@@ -96,7 +101,7 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
             a.legend(fontsize=8)
         else:
             a.text(0.5, 0.5, "no data", ha="center", va="center", transform=a.transAxes)
-    summary = axes.flat[5]
+    summary = fig.add_subplot(grid[3, :])
     summary.axis("off")
     final = next((r for r in reversed(records) if r.get("kind") in ("final", "epoch")), {})
     done = final.get("epoch")
@@ -111,7 +116,8 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
         for fp in fps[-3:]:
             lines += [f"  epoch {fp['epoch'] + 1} {split} {fp[split]['samples']} {fp[split]['hash'][:8]}"
                       for split in ("train", "val") if fp.get(split)]
-    lines += ["", "verdict:"] + _wrap(verdict.line, 60)
+    warning = next((r["line"] for r in records if r.get("kind") == "memory_warning"), None)
+    lines += ["", "verdict:"] + _wrap(verdict.line, 110) + ([""] + _wrap(warning, 110) if warning else [])
     summary.text(0.0, 1.0, "\n".join(lines), va="top", family="monospace", fontsize=10,
                  color="firebrick" if verdict.bound == "data-bound" else "black")
     fig.suptitle(title or "training run", fontsize=14)
@@ -119,6 +125,20 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
     fig.savefig(out_png)
     plt.close(fig)
     return verdict
+
+
+def _memory_limits(a, records: list[dict]) -> None:
+    """The memory panel's dotted lines: 10 % over the second epoch, where the trainer warns."""
+    from imagenet_shards.train.trainer.memory import GROWTH_LIMIT
+
+    epochs = [r for r in records if r.get("kind") == "epoch"]
+    if len(epochs) < 2:
+        return
+    for key, who in (("main_rss_gib", "main"), ("workers_pss_gib", "workers")):
+        base = epochs[1].get(key)
+        if base:
+            a.axhline(base * (1 + GROWTH_LIMIT), color="grey", linestyle=":", linewidth=1,
+                      label=f"{who}: +{100 * GROWTH_LIMIT:.0f} % over epoch 2 (warned above)")
 
 
 def _wrap(text: str, width: int) -> list[str]:

@@ -31,13 +31,16 @@ class Verdict:
                     workers=self.workers, workers_needed=self.workers_needed, line=self.line)
 
 
-def _workers_hint(workers: int | None, speedup: float, cores: int | None) -> tuple[int | None, str]:
+def _workers_hint(workers: int | None, speedup: float, cores: int | None,
+                  decoder: str | None = None) -> tuple[int | None, str]:
     if not workers:
         return None, "add loader workers, or store the shards at a lower resolution"
     needed = math.ceil(workers * speedup * HEADROOM)
     if cores and needed > cores:
+        # advise only what would change something: not the decoder already in use (or not known)
+        other_decoder = ", use --decoder turbo" if decoder not in (None, "turbo") else ""
         return needed, (f"more workers than the {cores} cores can give ({needed} needed): store the shards at a "
-                        "lower resolution (prepare-shards --resize), use --decoder turbo, or --gpu-decode")
+                        f"lower resolution (prepare-shards --resize){other_decoder}, or --gpu-decode")
     return needed, f"raise --workers from {workers} to ~{needed}, or store at lower resolution"
 
 
@@ -57,8 +60,9 @@ def from_wait(wait_fraction: float | None, *, workers: int | None = None, cores:
 
 
 def from_rates(img_per_s: float | None, target_img_per_s: float | None, *, workers: int | None = None,
-               cores: int | None = None) -> Verdict:
-    """Verdict from a loader's measured rate and the rate the model could consume (both img/s)."""
+               cores: int | None = None, decoder: str | None = None) -> Verdict:
+    """Verdict from a loader's measured rate and the rate the model could consume (both img/s);
+    ``decoder``: the one that rate was measured with (the advice names another only then)."""
     if not img_per_s or not target_img_per_s:
         return Verdict("unknown", None, None, workers, None, "unknown: no rate or no target to compare")
     speedup = target_img_per_s / img_per_s
@@ -66,7 +70,7 @@ def from_rates(img_per_s: float | None, target_img_per_s: float | None, *, worke
         return Verdict("compute-bound", 0.0, speedup, workers, workers,
                        f"compute-bound: the loader gives {img_per_s:,.0f} img/s, "
                        f"{img_per_s / target_img_per_s:.2f}x the target {target_img_per_s:,.0f} img/s")
-    needed, hint = _workers_hint(workers, speedup, cores)
+    needed, hint = _workers_hint(workers, speedup, cores, decoder)
     return Verdict("data-bound", 1 - 1 / speedup, speedup, workers, needed,
                    f"data-bound: the loader gives {img_per_s:,.0f} img/s of the {target_img_per_s:,.0f} needed; "
                    f"~{speedup:.1f}x more loader throughput needed — {hint}")

@@ -40,26 +40,38 @@ class Parts:
 
 
 def read_dataset(config: TrainConfig) -> tuple[dict | None, int, int]:
-    """(manifest or None, num_classes, train samples); ImageNet-1k's sizes for --synthetic-data alone."""
+    """(manifest or None, num_classes, train samples); ImageNet-1k's sizes for --synthetic-data alone.
+
+    TrainError for a manifest without val samples unless --no-val: evaluating on nothing would
+    print `val top1 0.00% (0 images)` every epoch and keep no best checkpoint."""
     if not config.data:
         return None, 1000, IMAGENET_TRAIN_SAMPLES
-    from imagenet_shards.pipeline.format.manifest import read_manifest
+    from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest
     try:
         manifest = read_manifest(config.data)
-        return manifest, len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])
+        found = manifest, len(manifest["classes"]), int(manifest["splits"]["train"]["num_samples"])
+    except ManifestError as e:  # its message already says what to do
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e}") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e} "
+        raise TrainError(f"cannot read the manifest of --data {redact(config.data)}: {e!r} "
                          f"(point --data at a prepare-shards output directory)") from None
+    val = manifest["splits"].get("val")
+    if not config.no_val and not config.synthetic_data and not (isinstance(val, dict) and val.get("num_samples")):
+        what = "no val split" if val is None else "a val split of 0 samples"
+        raise TrainError(f"--data {redact(config.data)} has {what}: there is nothing to evaluate on; prepare it "
+                         "with --val (and --devkit), or pass --no-val to train without evaluation")
+    return found
 
 
-def batch_bytes(config: TrainConfig, manifest: dict | None) -> int:
-    """Bytes of one batch as loader workers hand it over: uint8 crops at the largest size the run
-    uses, or (--gpu-decode) raw JPEG bytes at the train split's mean size."""
+def batch_bytes(config: TrainConfig, manifest: dict | None, split: str = "train") -> int:
+    """Bytes of one `split` batch as loader workers hand it over: uint8 crops at the largest size
+    that split uses (train: the resolution ramp's largest; val: the centre crop), or (--gpu-decode)
+    raw JPEG bytes at that split's mean size."""
     if config.gpu_decode and manifest is not None:
-        train = manifest["splits"].get("train", {})
-        total = sum(int(s.get("bytes") or 0) for s in train.get("shards", []))
-        return config.batch_size * max(1, total // max(1, int(train.get("num_samples") or 1)))
-    side = max(config.res, config.end_res or 0, config.val_crop)
+        entry = manifest["splits"].get(split, {})
+        total = sum(int(s.get("bytes") or 0) for s in entry.get("shards", []))
+        return config.batch_size * max(1, total // max(1, int(entry.get("num_samples") or 1)))
+    side = max(config.res, config.end_res or 0) if split == "train" else config.val_crop
     return config.batch_size * 3 * side * side
 
 
@@ -85,8 +97,9 @@ def make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_trai
         val_extra = {"val_crop_ratio": config.val_crop_ratio, "keys": config.eval_real}
     try:
         train_loader = make(config.data, "train", config.batch_size, train=True, res=res, **common, **train_extra)
-        val_loader = make(config.data, "val", config.batch_size, train=False, val_resize=config.val_res,
-                          val_crop=config.val_crop, **common, **val_extra)
+        val_loader = None if config.no_val else make(config.data, "val", config.batch_size, train=False,
+                                                     val_resize=config.val_res, val_crop=config.val_crop,
+                                                     **common, **val_extra)
     except (OSError, ValueError) as e:
         raise TrainError(f"cannot open the shards of --data {redact(config.data)}: {e}") from None
     return train_loader, val_loader

@@ -19,10 +19,11 @@ from imagenet_shards.train.trainer.telemetry import MetricsLog
 SYNTHETIC_FILE = "synthetic.json"
 
 
-def ceiling_key(config, info: DistInfo, res: int) -> dict:
-    """What must match for a synthetic img/s to be a run's ceiling."""
+def ceiling_key(config, info: DistInfo, res: int, num_classes: int) -> dict:
+    """What must match for a synthetic img/s to be a run's ceiling (the classifier's width is part
+    of the model: 21k classes make ResNet-50's last layer as large as the rest of it)."""
     return {"arch": config.arch, "batch_size": config.batch_size, "res": res, "amp": config.amp,
-            "channels_last": config.channels_last, "compile": config.compile,
+            "channels_last": config.channels_last, "compile": config.compile, "num_classes": num_classes,
             "world_size": info.world_size, "device": info.device.type}
 
 
@@ -61,7 +62,7 @@ def report_efficiency(config, info: DistInfo, parts, last: EpochStats, *, res: i
                       autocast, criterion, metrics: MetricsLog) -> dict:
     """At the end of a run: write the ceiling (a --synthetic-data run), or find or measure it (a real
     run) and report the loader efficiency of the last epoch. Returns the fields for the final record."""
-    key = ceiling_key(config, info, res)
+    key = ceiling_key(config, info, res, parts.num_classes)
     if config.synthetic_data:
         if info.is_main:
             write_ceiling(Path(config.out), key, last.steady_img_per_s)

@@ -4,7 +4,9 @@ A checkpoint is written through the one atomic writer (pipeline.storage.atomic: 
 it, fsync, rename, directory fsync), so a kill at any moment leaves either the previous
 checkpoint or the new one, never a torn file; signals that arrive during a save are only noted
 (lifecycle.py), so they cannot cut it either. Everything in it loads with
-`torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts.
+`torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts. A run folder that
+cannot be written (read-only, full) is found before the first step (`out_problem`); a save that
+fails for want of room is one line naming the file, with the previous checkpoint intact (`save`).
 
 Epoch ends write checkpoint-latest.pt (the one before it stays as checkpoint-previous.pt, a hard
 link) and -best.pt. Mid-epoch checkpoints (a signal, `--checkpoint-every`) write checkpoint-mid.pt
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -25,11 +28,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from imagenet_shards.pipeline.storage.atomic import atomic_open, link_atomic, stale_temps
+from imagenet_shards.pipeline.storage.atomic import DiskFull, atomic_open, link_atomic, stale_temps
 from imagenet_shards.pipeline.storage.retry import redact
 from imagenet_shards.train.trainer import resume
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
-from imagenet_shards.train.trainer.distributed import DistInfo, barrier, gather_objects, print0
+from imagenet_shards.train.trainer.distributed import DistInfo, gather_objects, print0
 
 if TYPE_CHECKING:
     from imagenet_shards.train.trainer.build import Parts
@@ -109,6 +112,35 @@ def restore_rng_state(state: dict, device: torch.device) -> None:
 
 
 # ----------------------------------------------------------------------------- a run's checkpoints
+
+def out_problem(out: str | os.PathLike) -> str | None:
+    """Why the run folder cannot be written (one line saying what to do), or None. A nameless file
+    is made and dropped in it (or, while it does not exist yet, in the folder it would be made in:
+    nothing is created), so a read-only or full disk stops the run before the first step rather
+    than with a traceback at the first record or checkpoint."""
+    out = Path(out)
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"cannot write to --out {out}: {probe} is a file, not a folder; give another --out"
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        return f"cannot write to --out {out}: {why[:1].lower() + why[1:]}; give an --out you can write to"
+    return None
+
+
+def _save_problem(path: Path, error: OSError) -> str:
+    """One line for a checkpoint that could not be written: the file, why, what to do, what is kept."""
+    kept = f"the previous {path.name} is intact" if path.exists() else "no checkpoint was saved before"
+    if isinstance(error, DiskFull):
+        return (f"{error}: {kept}; free space there (or copy {path.parent} to a disk with room and use that as "
+                "--out), then continue with --resume auto")
+    return f"cannot save checkpoint {path}: {error.strerror or error}; {kept}"
+
 
 def resume_state(config: TrainConfig, num_classes: int,
                  data_id: str | None = None) -> tuple[dict | None, Path | None, list[str]]:
@@ -257,17 +289,22 @@ def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: in
     top1 = result.get("val_top1")
     is_best = top1 is not None and (best_top1 is None or top1 > best_top1)
     best = top1 if is_best else best_top1
-    cost = None
+    cost = problem = None
     if info.is_main:
         state = {**_state(config, info, parts, epoch=epoch, step=step, rngs=rngs, best=best, data_id=data_id),
                  "metrics": result}
         out = Path(config.out)
-        if (out / LATEST).exists():
-            link_checkpoint(out / LATEST, out / PREVIOUS)  # the fallback if the new one is ever damaged
-        cost = _write(out / LATEST, state)
-        if is_best:
-            link_checkpoint(out / LATEST, out / BEST)
-    barrier(info)
+        target = out / LATEST
+        try:
+            if target.exists():
+                link_checkpoint(target, out / PREVIOUS)  # the fallback if the new one is ever damaged
+            cost = _write(target, state)
+            if is_best:
+                target = out / BEST
+                link_checkpoint(out / LATEST, target)
+        except OSError as e:  # DiskFull (also under torch.save's RuntimeError), EROFS, EACCES...
+            problem = _save_problem(target, e)
+    _stop_with(info, problem)
     return best, cost
 
 
@@ -277,14 +314,24 @@ def save_mid(config: TrainConfig, info: DistInfo, parts: Parts, *, epoch: int, e
     every rank's `local` state (loader position, buffers, prefetcher RNG, loss sums; gathered
     here). Returns, on rank 0, what the write cost."""
     gathered = gather_objects(info, {"rng": rng_state(info.device), **local})
-    cost = None
+    cost = problem = None
     if info.is_main:
         state = {**_state(config, info, parts, epoch=epoch, step=step, rngs=[g.pop("rng") for g in gathered],
                           best=best_top1, data_id=data_id),
                  "epoch_step": epoch_step, "loader_plan": loader_plan, "ranks": gathered}
-        cost = _write(Path(config.out) / MID, state)
-    barrier(info)
+        try:
+            cost = _write(Path(config.out) / MID, state)
+        except OSError as e:
+            problem = _save_problem(Path(config.out) / MID, e)
+    _stop_with(info, problem)
     return cost
+
+
+def _stop_with(info: DistInfo, problem: str | None) -> None:
+    """Every rank waits for rank 0's save and, if it failed, stops with its one line."""
+    problems = [p for p in gather_objects(info, problem) if p]
+    if problems:
+        raise TrainError(problems[0])
 
 
 def saved_config(config: TrainConfig) -> dict:

@@ -8,14 +8,15 @@ URLs: only --data takes a URL (s3://, gs://, http(s)://, ...). --out, --cache-di
 --resume PATH are local paths; a URL there is refused (exit 2) rather than taken as a folder name.
 Exit codes: 0 done, 2 the run could not start or continue (the message says why); 143, 138, 130
 stopped by SIGTERM, SIGUSR1, SIGINT (128 + the signal): during training after writing a checkpoint,
-and a line says how to resume (the same command with --resume auto). See docs/training.md,
-"Preemption and requeue".
+before it at once; either way a line says how to resume (the same command with --resume auto).
+See docs/training.md, "Preemption and requeue".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "node, less 1 for the training thread and, on CUDA, 1 for the pin-memory thread; "
                         "printed at start)")
     g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    g.add_argument("--dist-backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="process-group backend under torchrun (default: NCCL on CUDA, gloo on the CPU); gloo on "
+                        "CUDA lets several ranks share one GPU (slow: for tests)")
     g.add_argument("--seed", type=int, default=0, help="seeds the data order, augmentation and init")
     g.add_argument("--resume", metavar="auto|PATH",
                    help="continue from a checkpoint (a local path); auto = RUN_DIR/checkpoint-latest.pt if it exists")
@@ -89,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "comes within 16 steps of the signal; each agreement is one async all-reduce of two "
                         "numbers on the CPU)")
     g.add_argument("--eval-only", action="store_true", help="evaluate --weights or --resume and exit")
+    g.add_argument("--no-val", action="store_true",
+                   help="train without evaluating (needed for a --data whose val split is missing or empty; "
+                        "no checkpoint-best then)")
     g.add_argument("--weights", metavar="FILE",
                    help="initial weights: a state dict or one of our checkpoints (a local path)")
     g.add_argument("--synthetic-data", action="store_true",
@@ -226,7 +233,9 @@ def config_from_argv(argv: list[str] | None = None, *, parser: argparse.Argument
 
 
 def main(argv: list[str] | None = None) -> int:
-    """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2."""
+    """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2,
+    SIGTERM/SIGUSR1/SIGINT into one line and 143/138/130 (`lifecycle`: during training after a
+    checkpoint, before it at once)."""
     from imagenet_shards.train.recipes import UnknownRecipe, describe
     from imagenet_shards.train.trainer.config import TrainError
     try:
@@ -238,21 +247,29 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(describe(config, world_size=world), indent=1))
         return 0
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
-    from imagenet_shards.train.trainer.lifecycle import Stopped
+    from imagenet_shards.train.trainer.lifecycle import RunSignals, Stopped
     from imagenet_shards.train.trainer.run import train
-    rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    def run() -> int:
+        rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
+        try:
+            # warnings our modules log (a bad sample skipped) go above the progress bars, not into them
+            with logging_redirect_tqdm(loggers=[logging.getLogger("imagenet_shards")]):
+                train(config)
+        except TrainError as e:
+            print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
+            return 2
+        except Stopped as e:  # one line per node (local rank 0), the signal's exit code on every rank
+            if os.environ.get("LOCAL_RANK", "0") == "0":
+                print(str(e), file=sys.stderr, flush=True)
+            return e.code
+        return 0
+
     try:
-        train(config)
-    except TrainError as e:
-        print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
-        return 2
-    except Stopped as e:  # one line per node (local rank 0), the signal's exit code on every rank
-        if os.environ.get("LOCAL_RANK", "0") == "0":
-            print(str(e), file=sys.stderr, flush=True)
-        return e.code
+        return RunSignals().run(run, resuming=config.resume == "auto")
     finally:
         shutdown_distributed()
-    return 0
 
 
 if __name__ == "__main__":

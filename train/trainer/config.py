@@ -67,8 +67,10 @@ class TrainConfig:
     random_erase: float = 0.0
     workers: int | None = None               # None: host.default_workers for this node
     device: str = "auto"
+    dist_backend: str = "auto"               # auto: NCCL on CUDA, gloo on the CPU (distributed.pick_backend)
     resume: str | None = None
     eval_only: bool = False
+    no_val: bool = False                     # train without evaluating (a shard set without val samples)
     synthetic_data: bool = False
     profile: int = 0
     seed: int = 0
@@ -158,6 +160,8 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
         raise TrainError("--gpu-decode needs CUDA (this run is on the CPU; drop --gpu-decode)")
     if config.eval_only and not (config.weights or config.resume):
         raise TrainError("--eval-only needs --weights FILE or --resume auto|PATH")
+    if config.eval_only and config.no_val:
+        raise TrainError("--eval-only evaluates on the val split: drop --no-val")
     if config.amp not in AMP_CHOICES:
         raise TrainError(f"unknown --amp {config.amp!r} (expected bf16, fp16 or none)")
     if not config.data and not config.synthetic_data:

@@ -8,8 +8,11 @@ a `Decision` to write a mid-epoch checkpoint and maybe stop. Everything else liv
   finishes, the ranks agree on one step to stop at, a checkpoint is written and the run ends with
   `Stopped` (exit code 128 + the signal's number, one line saying how to resume). Further signals
   are only noted, so nothing, a checkpoint being written included, is cut short by them (torchrun
-  forwards the SIGINT a terminal already sent every process: two arrive for one Ctrl-C). Outside
-  training (start-up) the command's own policy applies: the run stops at once.
+  forwards the SIGINT a terminal already sent every process: two arrive for one Ctrl-C). The
+  DataLoader workers ignore all three (`loader.dataset.quiet_worker`): only this process decides.
+* **Outside training** (start-up, `--eval-only`) `RunSignals`, the command's own policy, applies:
+  the run stops at once (`pipeline.interrupts.Interrupted` raised where the code is, so every
+  `finally` runs on the way out), one line says how to resume, exit 128 + the signal.
 * **Agreement without a per-step sync.** Every `agree_every` steps (global step count, the same on
   every rank) each rank contributes (its signal's number or 0, checkpoint due?) to one max-reduce of
   two int64 on a gloo group of its own (CPU, never the GPU stream), issued asynchronously and read at
@@ -23,6 +26,7 @@ a `Decision` to write a mid-epoch checkpoint and maybe stop. Everything else liv
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -33,6 +37,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from imagenet_shards.pipeline.interrupts import MESSAGE, Interrupted, run_cli
 from imagenet_shards.train.trainer.distributed import DistInfo
 
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
@@ -189,3 +194,32 @@ class Lifecycle:
     def _issue(self, *, due: bool) -> None:
         self._flags = torch.tensor([self._signum(), int(due)], dtype=torch.int64)
         self._work = dist.all_reduce(self._flags, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+
+
+# ---------------------------------------------------------------------- outside training: stop now
+
+NOT_RESUMING = "interrupted; rerun the same command with --resume auto to continue from the last checkpoint"
+
+
+class RunSignals:
+    """The signal policy of one `train-imagenet` process outside training; `run(body)` runs the
+    command under it (`Lifecycle.deferred` takes the signals over while training)."""
+
+    signals = tuple(getattr(signal, name) for name in SIGNALS if hasattr(signal, name))
+
+    def on_signal(self, signum: int) -> None:
+        """What a signal does here: stop now."""
+        # The DataLoader's SIGCHLD handler in this process would report "worker ... is killed by
+        # signal" while the loader shuts down its workers on the way out. We are stopping.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        raise Interrupted(signum)
+
+    def run(self, body, *, resuming: bool) -> int:
+        """`body()`'s exit code, or 128 + signal after one line (printed by one process per node);
+        `resuming`: the command has --resume auto, so running it again continues the run."""
+        quiet = os.environ.get("LOCAL_RANK", "0") != "0"
+        return run_cli(body, on_signal=self.on_signal, signals=self.signals, quiet=quiet,
+                       message=MESSAGE if resuming else NOT_RESUMING)
+
+
+__all__ = ["Decision", "Lifecycle", "RunSignals", "Stopped", "exit_code", "parse_every"]

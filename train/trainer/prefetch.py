@@ -73,10 +73,13 @@ def _channel_stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 def normalize(images: torch.Tensor, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
     """uint8 [B,3,H,W] -> (x/255 - mean)/std in `dtype` (arithmetic in float32)."""
     mean, inv_std = _channel_stats(images.device)
-    x = images.float().sub_(mean).mul_(inv_std)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x.to(dtype)
+    return to_model_layout(images.float().sub_(mean).mul_(inv_std), dtype, channels_last)
+
+
+def to_model_layout(x: torch.Tensor, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    """`x` in the compute dtype and memory format in one pass (a layout change then a cast would
+    read and write the batch twice); `x` itself when both already hold."""
+    return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.preserve_format)
 
 
 def cutmix_box(height: int, width: int, lam: float, rng: np.random.Generator) -> tuple[int, int, int, int]:
@@ -221,9 +224,7 @@ class DevicePrefetcher:
             x = random_erase(x, boxes, self.generator, aug.erase_fill)
         if aug is not None and aug.mixes:
             x, targets = mix_batch(x, labels, aug, self.rng)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x.to(self.dtype), targets, labels
+        return to_model_layout(x, self.dtype, self.channels_last), targets, labels
 
     def rng_state(self) -> dict | None:
         """The augmentation's random state from before the batch held ahead was prepared: what a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from imagenet_shards.train.trainer.distributed import DistInfo, average_buffers,
 from imagenet_shards.train.trainer.engine import AMP_DTYPES, EpochStats, evaluate, make_autocast, train_one_epoch
 from imagenet_shards.train.trainer.lifecycle import Lifecycle, Stopped, parse_every
 from imagenet_shards.train.trainer.loss import make_criterion
+from imagenet_shards.train.trainer.memory import MemoryWatch, epoch_memory
 from imagenet_shards.train.trainer.real import RealLabelsError
 from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher, LoaderError
 from imagenet_shards.train.trainer.schedule import run_resolution
@@ -51,11 +53,12 @@ def _describe(result: dict) -> str:
 
 
 def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> None:
-    """Shards present with their recorded sizes, and room in /dev/shm, on every node; all ranks
-    stop together with the first problem any node found (TrainError), before the first step."""
-    problem = None
-    if manifest is not None and info.local_rank == 0:  # one check per node (nodes may hold own copies)
-        splits = ["val"] if config.eval_only else ["train", "val"]
+    """A run folder rank 0 can write, shards present with their recorded sizes, and room in
+    /dev/shm, on every node; all ranks stop together with the first problem any node found
+    (TrainError), before the first step."""
+    problem = ckpt.out_problem(config.out) if info.is_main else None
+    if problem is None and manifest is not None and info.local_rank == 0:  # one check per node (own copies)
+        splits = ["val"] if config.eval_only else ["train"] if config.no_val else ["train", "val"]
         shards = preflight.listed_shards(manifest, config.data, splits)
         try:
             found = preflight.shard_problems(shards)
@@ -64,8 +67,10 @@ def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> N
         else:
             problem = preflight.describe(found, len(shards), config.data) if found else None
     if problem is None and manifest is not None:
+        val = batch_bytes(config, manifest, "val") if "val" in manifest["splits"] else 0
         problem = host.shm_error(free=host.shm_free_bytes(), workers=config.workers,
-                                 batch_bytes=batch_bytes(config, manifest), local_ranks=info.local_world_size)
+                                 batch_bytes=batch_bytes(config, manifest), local_ranks=info.local_world_size,
+                                 val_batch_bytes=val)
     problems = [p for p in gather_objects(info, problem) if p]
     if problems:
         raise TrainError(problems[0])
@@ -117,30 +122,38 @@ def train(config: TrainConfig) -> dict:
     if config.data and config.storage_option:
         storage.apply_storage_options(config.data, config.storage_option)
     try:
-        info = init_distributed(config.device)
+        info = init_distributed(config.device, backend=config.dist_backend)
     except (RuntimeError, ValueError) as e:
         raise TrainError(str(e)) from None
     config, notes = resolve(config, info)
     if info.device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed shapes per epoch: autotune the convolutions
-        torch.set_float32_matmul_precision("high")  # TF32 where --amp none
+        if config.amp == "none":  # TF32 where --amp none; not under AMP (the --gpu-decode crop's matmuls stay fp32)
+            torch.set_float32_matmul_precision("high")
     check_flags(config, info)
     manifest, num_classes, num_train = read_dataset(config)
     _check_data(config, info, None if config.synthetic_data else manifest)
     real = _real_labels(config, manifest)
     if not config.synthetic_data:
-        for note in notes:
-            print0(info, note)
+        for note in notes + [host.workers_note(config.workers, host.usable_cores(), info.local_world_size)]:
+            if note:
+                print0(info, note)
     out = Path(config.out)
     if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # out_problem found it writable a moment ago
+            raise TrainError(f"cannot create --out {out}: {e.strerror or e}") from None
     every_steps, every_seconds = parse_every(config.checkpoint_every) if config.checkpoint_every else (None, None)
     with Lifecycle(info, every_steps=every_steps, every_seconds=every_seconds,
-                   agree_every=config.stop_check_every) as life:
+                   agree_every=config.stop_check_every) as life, warnings.catch_warnings():
+        # said once above (host.workers_note), not per loader, epoch and rank
+        warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes",
+                                category=UserWarning)
         data_id = data_identity(manifest)
-        state, state_path, warnings = ckpt.resume_state(config, num_classes, data_id)
-        for warning in warnings:
-            print0(info, warning)
+        state, state_path, resume_notes = ckpt.resume_state(config, num_classes, data_id)
+        for note in resume_notes:
+            print0(info, note)
         start_epoch = state["epoch"] if state else 0
 
         def res_at(epoch: int) -> int:
@@ -261,6 +274,7 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
         last: EpochStats | None = None
         res = res_at(start_epoch)
         profiler = make_profiler(config.profile, out / "profile", info.rank, info.device.type == "cuda")
+        memory_watch = MemoryWatch()
         end_epoch = config.epochs
         if config.stop_after_epochs:
             end_epoch = min(end_epoch, start_epoch + config.stop_after_epochs)
@@ -307,6 +321,7 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                                        parts.train_loader), steps_per_epoch=parts.steps_per_epoch, out=out)
                 trained = last.steps * config.accumulate  # loader batches this iteration trained on
                 loader = _loader_stats(parts.train_loader, trained)
+                memory = epoch_memory()
                 average_buffers(info, parts.raw)
                 if parts.ema is not None:
                     average_buffers(info, parts.ema.module)
@@ -315,7 +330,7 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                               steady_img_per_s=last.steady_img_per_s, data_wait_fraction=last.data_wait_fraction,
                               epoch_seconds=last.seconds, first_step_seconds=last.first_step_seconds,
                               main_cpu_fraction=last.main_cpu_fraction, gpu_mem_gib=gpu_memory_gib(info.device),
-                              **process_memory(), bad_samples=loader.get("bad_samples"), loader=loader,
+                              **process_memory(), **memory, bad_samples=loader.get("bad_samples"), loader=loader,
                               **({"amp_scale": last.amp_scale, "amp_skipped_steps": last.amp_skipped_steps}
                                  if last.amp_scale is not None else {}),
                               **(run_eval(epoch) if _eval_due(config, epoch) else {}))
@@ -323,6 +338,10 @@ def _run(config: TrainConfig, info: DistInfo, parts: Parts, *, start_epoch: int,
                     info, parts.train_loader, trained, parts.val_loader if _eval_due(config, epoch) else None)
                 metrics.log("epoch", **result)
                 print0(info, f"epoch {epoch + 1}/{config.epochs} " + _describe(result))
+                growth = memory_watch.observe(epoch, memory)
+                if growth:
+                    metrics.log("memory_warning", epoch=epoch, step=step, line=growth)
+                    print0(info, growth)
                 cost = None
                 if not config.synthetic_data:
                     best_top1, cost = ckpt.save(config, info, parts, epoch + 1, step, result, best_top1, data_id)

@@ -7,6 +7,7 @@ a disabled logger, so callers never branch on rank.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -93,8 +94,14 @@ class MetricsLog:
         record = _clean({"kind": kind, "time": time.time(), **fields})
         if not self.enabled:
             return record
-        self.file.write(json.dumps(record, sort_keys=True) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(record, sort_keys=True) + "\n")
+            self.file.flush()
+        except OSError as e:  # a full or vanished disk: one line, not a traceback from the epoch loop
+            from imagenet_shards.train.trainer.config import TrainError
+
+            raise TrainError(f"cannot write {self.file.name}: {e.strerror or e}; free space there (or move "
+                             "RUN_DIR to a disk with room), then continue with --resume auto") from None
         if self.tb is not None:
             step = fields.get("step", 0)
             for key, value in record.items():
@@ -192,7 +199,53 @@ def trace_summary(trace: dict, steps: int) -> dict:
         overlap = covered / total if total > 0 else None
     per = max(1, steps)
     return {"steps": steps, "host_syncs_per_step": syncs / per, "dtoh_copies_per_step": dtoh / per,
-            "htod_copies": len(htod), "htod_overlap_fraction": overlap}
+            "htod_copies": len(htod), "htod_overlap_fraction": overlap, "per_step": per_step(events)}
+
+
+# a read of a device value by the host (`.item()`, `.tolist()`, `bool(t)`): it waits for the device
+ITEM_OP = "aten::_local_scalar_dense"
+
+
+def per_step(events: list[dict]) -> list[dict]:
+    """What each profiled step made the host wait for: per `ProfilerStep#N` window of the thread that
+    recorded those annotations (the training loop), its host syncs, host reads of device values
+    and device-to-host copies (attributed by the host call that issued the copy, found through the
+    trace's correlation ids), and the syncs other threads made meanwhile (the --gpu-decode thread's,
+    the pin-memory thread's: not the training loop's). ProfilerStep#N runs from the N-th
+    `profiler.step()` to the next: the end of training step N and the body of step N+1."""
+    marks = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    if not marks:
+        return []
+    main = marks[0].get("tid")
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    steps = [{"step": int(m["name"].split("#", 1)[1]), "ms": round(float(m.get("dur", 0)) / 1000, 3),
+              "host_syncs": 0, "item_calls": 0, "dtoh_copies": 0, "other_thread_syncs": 0} for m in marks]
+    starts = [float(m["ts"]) for m in marks]
+    ends = [a + float(m.get("dur", 0)) for a, m in zip(starts, marks)]
+
+    def slot(ts: float) -> dict | None:
+        i = bisect.bisect_right(starts, ts) - 1  # the windows follow each other without overlap
+        return steps[i] if i >= 0 and ts <= ends[i] else None
+
+    for e in events:
+        name, cat = e.get("name"), e.get("cat")
+        if name in HOST_SYNC_CALLS:
+            step = slot(float(e["ts"]))
+            if step is not None:
+                step["host_syncs" if e.get("tid") == main else "other_thread_syncs"] += 1
+        elif name == ITEM_OP and e.get("tid") == main:
+            step = slot(float(e["ts"]))
+            if step is not None:
+                step["item_calls"] += 1
+        elif cat == "gpu_memcpy" and "DtoH" in str(name):
+            launch = launches.get(e.get("args", {}).get("correlation"))
+            if launch is not None and launch.get("tid") != main:
+                continue  # issued by another thread
+            step = slot(float((launch or e)["ts"]))
+            if step is not None:
+                step["dtoh_copies"] += 1
+    return steps
 
 
 def make_profiler(steps: int, out: Path, rank: int, cuda: bool):

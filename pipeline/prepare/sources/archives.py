@@ -8,21 +8,26 @@ a byte offset and size inside the original file and is later read with one seek 
 from __future__ import annotations
 
 import os
+import tarfile
 from pathlib import Path
 
-from imagenet_shards.pipeline.prepare.sources.records import WNID_RE, Member, SourceError, SourceIndex, Unusable
+from imagenet_shards.pipeline.prepare.sources.records import NOT_A_TAR, WNID_RE, SourceError, SourceIndex, Unusable
+from imagenet_shards.pipeline.prepare.sources.table import MemberTable
 from imagenet_shards.pipeline.prepare.sources.tars import (TarWindow, open_source, open_tar, usable_files,
                                                            usable_tar_members)
 
 
 def _index_inner_tar(f, path: str, start: int, size: int, wnid: str, inner_name: str,
-                     unusable: list[Unusable]) -> list[Member]:
-    out = []
-    inner = open_tar(TarWindow(f, start, size), f"inner archive {inner_name}")
-    for ti, key in usable_tar_members(inner, f"inner archive {inner_name}", f"{inner_name}/", unusable):
-        name = os.path.basename(ti.name)
-        out.append(Member(key, name, wnid, path, start + ti.offset_data, ti.size, f"{inner_name}/{ti.name}"))
-    return out
+                     unusable: list[Unusable], table: MemberTable) -> None:
+    """Add the images of one per-class tar; one that is not a tar at all is skipped, with its reason
+    (a damaged one still stops the run: tars.tar_members)."""
+    try:
+        inner = tarfile.open(fileobj=TarWindow(f, start, size), mode="r:")
+    except tarfile.TarError as e:
+        unusable.append(Unusable(wnid, inner_name, NOT_A_TAR, f"{size} bytes that do not open as a tar ({e})"))
+        return
+    for ti, _ in usable_tar_members(inner, f"inner archive {inner_name}", f"{inner_name}/", unusable):
+        table.add(path, f"{inner_name}/", ti.name, wnid, start + ti.offset_data, ti.size)
 
 
 def index_train(src: str | os.PathLike) -> SourceIndex:
@@ -31,7 +36,7 @@ def index_train(src: str | os.PathLike) -> SourceIndex:
     if not p.exists():
         raise SourceError(f"train source {p} does not exist")
     if p.is_file():
-        members, unusable = [], []
+        members, unusable = MemberTable(), []
         with open_source(p, "train") as f:
             what = f"train archive {p.name}"
             for ti, _ in usable_tar_members(open_tar(f, what), what, "", unusable, check_keys=False):
@@ -41,16 +46,16 @@ def index_train(src: str | os.PathLike) -> SourceIndex:
                     raise SourceError(
                         f"train archive {p.name} holds {ti.name!r}; expected per-class tars named nXXXXXXXX.tar "
                         "(the original ILSVRC2012_img_train.tar layout)")
-                members += _index_inner_tar(f, str(p), ti.offset_data, ti.size, wnid, name, unusable)
-        return SourceIndex("train", "tar-of-tars", p.name, p.stat().st_size, members, unusable)
+                _index_inner_tar(f, str(p), ti.offset_data, ti.size, wnid, name, unusable, members)
+        return SourceIndex("train", "tar-of-tars", p.name, p.stat().st_size, members.freeze(), unusable)
     class_tars = sorted(c for c in p.iterdir() if c.is_file() and c.suffix == ".tar" and WNID_RE.match(c.stem))
     if class_tars:
-        members, unusable = [], []
+        members, unusable = MemberTable(), []
         for c in class_tars:
             with open(c, "rb") as f:
-                members += _index_inner_tar(f, str(c), 0, c.stat().st_size, c.stem, c.name, unusable)
-        return SourceIndex("train", "class-tars", p.name, sum(c.stat().st_size for c in class_tars), members,
-                           unusable)
+                _index_inner_tar(f, str(c), 0, c.stat().st_size, c.stem, c.name, unusable, members)
+        return SourceIndex("train", "class-tars", p.name, sum(c.stat().st_size for c in class_tars),
+                           members.freeze(), unusable)
     return _index_imagefolder(p, "train")
 
 
@@ -59,13 +64,13 @@ def _index_imagefolder(p: Path, split: str) -> SourceIndex:
     if not class_dirs:
         raise SourceError(
             f"{split} source {p} is neither a tar nor a directory of nXXXXXXXX.tar or nXXXXXXXX/ class folders")
-    members, unusable, total = [], [], 0
+    members, unusable, total = MemberTable(), [], 0
     for d in class_dirs:
-        for f, key in usable_files(d, unusable, f"{d.name}/"):
+        for f, _ in usable_files(d, unusable, f"{d.name}/"):
             size = f.stat().st_size
             total += size
-            members.append(Member(key, f.name, d.name, str(f), 0, size, f"{d.name}/{f.name}"))
-    return SourceIndex(split, "imagefolder", p.name, total, members, unusable)
+            members.add(str(d), f"{d.name}/", f.name, d.name, 0, size, folder=True)
+    return SourceIndex(split, "imagefolder", p.name, total, members.freeze(), unusable)
 
 
 def index_val(src: str | os.PathLike, labels: dict[str, str] | None, split: str = "val") -> SourceIndex:
@@ -76,18 +81,21 @@ def index_val(src: str | os.PathLike, labels: dict[str, str] | None, split: str 
         raise SourceError(f"{split} source {p} does not exist")
     if p.is_dir() and any(d.is_dir() and WNID_RE.match(d.name) for d in p.iterdir()):
         return _index_imagefolder(p, split)
-    raw, unusable = [], []  # raw: (key, filename, path, offset, size, source)
+    if labels is None and split != "test":
+        raise SourceError(f"{split} source {p} is flat: give --devkit ILSVRC2012_devkit_t12.tar.gz or --val-labels LOC_val_solution.csv")
+    members, unusable = MemberTable(), []
+    label = (lambda key: labels.get(key)) if labels else (lambda key: None)
     if p.is_file():
         with open_source(p, split) as f:
             what = f"{split} archive {p.name}"
             for ti, key in usable_tar_members(open_tar(f, what), what, "", unusable):
-                raw.append((key, os.path.basename(ti.name), str(p), ti.offset_data, ti.size, ti.name))
+                members.add(str(p), "", ti.name, label(key), ti.offset_data, ti.size)
         kind, total = "flat-tar", p.stat().st_size
     else:
-        raw = [(key, f.name, str(f), 0, f.stat().st_size, f.name) for f, key in usable_files(p, unusable)]
-        kind, total = "flat-dir", sum(r[4] for r in raw)
-    if labels is None and split != "test":
-        raise SourceError(f"{split} source {p} is flat: give --devkit ILSVRC2012_devkit_t12.tar.gz or --val-labels LOC_val_solution.csv")
-    members = [Member(key, filename, labels.get(key) if labels else None, path, offset, size, source)
-               for key, filename, path, offset, size, source in raw]
-    return SourceIndex(split, kind, p.name, total, members, unusable)
+        total = 0
+        for f, key in usable_files(p, unusable):
+            size = f.stat().st_size
+            total += size
+            members.add(str(p), "", f.name, label(key), 0, size, folder=True)
+        kind = "flat-dir"
+    return SourceIndex(split, kind, p.name, total, members.freeze(), unusable)

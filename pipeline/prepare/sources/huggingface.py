@@ -26,8 +26,9 @@ from typing import Iterator
 
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.format.keys import key_for
-from imagenet_shards.pipeline.prepare.sources.records import (NOT_REGULAR, UNSAFE_KEY, Member, SourceError, SourceIndex,
+from imagenet_shards.pipeline.prepare.sources.records import (NOT_REGULAR, UNSAFE_KEY, SourceError, SourceIndex,
                                                               Unusable, unsafe_key)
+from imagenet_shards.pipeline.prepare.sources.table import MemberTable
 
 HF_NAME_RE = re.compile(r"^(?P<stem>.+?)_(?P<wnid>n\d{8})(?P<ext>\.[A-Za-z0-9]+)$")
 TRAIN_STEM_RE = re.compile(r"^(n\d{8})_")
@@ -69,28 +70,35 @@ def original_name(name: str, split: str) -> tuple[str, str | None]:
 
 
 def _member(split: str, path: Path, ordinal: int, name: str, size: int, wnid_from_label: str | None,
-            location: str) -> Member | Unusable:
+            prefix: str, location: str) -> tuple | Unusable:
+    """The table row (MemberTable.add's arguments) of one HF member, or why it cannot be one;
+    its location is `prefix + location`."""
     filename, wnid = original_name(name, split)
     if wnid_from_label is not None:
         if wnid is not None and wnid != wnid_from_label:
-            raise SourceError(f"{location}: the name says {wnid} but the label says {wnid_from_label}; "
+            raise SourceError(f"{prefix}{location}: the name says {wnid} but the label says {wnid_from_label}; "
                               "this copy's labels disagree with its names")
         wnid = wnid_from_label
     if split == "train" and wnid is None:
-        prefix = TRAIN_STEM_RE.match(filename)
-        wnid = prefix[1] if prefix else None
+        stem = TRAIN_STEM_RE.match(filename)
+        wnid = stem[1] if stem else None
     key = key_for(filename)
     why = unsafe_key(key)
     if why is not None:
-        return Unusable(key, location, UNSAFE_KEY, why)
-    return Member(key, filename, wnid, str(path), ordinal, size, location)
+        return Unusable(key, prefix + location, UNSAFE_KEY, why)
+    return (str(path), prefix, location, wnid, ordinal, size, filename)
 
 
-def _index(split: str, kind: str, files: list[Path], found) -> SourceIndex:
-    members, unusable = [], []
-    for item in found:
-        (unusable if isinstance(item, Unusable) else members).append(item)
-    return SourceIndex(split, kind, _name(files), sum(p.stat().st_size for p in files), members, unusable)
+def index_items(split: str, kind: str, files: list[Path], items) -> SourceIndex:
+    """The SourceIndex of (row or Unusable, bytes) items (`targz_items`, `parquet_items`, and the
+    full releases' `release_items`); a row is `MemberTable.add`'s arguments."""
+    members, unusable = MemberTable(), []
+    for item, _ in items:
+        if isinstance(item, Unusable):
+            unusable.append(item)
+        else:
+            members.add(*item)
+    return SourceIndex(split, kind, files_name(files), sum(p.stat().st_size for p in files), members.freeze(), unusable)
 
 
 # ----------------------------------------------------------------------------- tar.gz
@@ -117,18 +125,20 @@ def iter_targz(path: str | os.PathLike, *, read: bool) -> Iterator[tuple[int, ta
                           "re-download it") from None
 
 
+def targz_items(files: list[Path], split: str, *, read: bool):
+    """(row or Unusable, bytes or None) of every member of HF tar.gz files, in file order."""
+    for p in files:
+        for ordinal, ti, data in iter_targz(p, read=read):
+            if ordinal < 0:
+                yield Unusable(key_for(os.path.basename(ti.name)), f"{p.name}/{ti.name}", NOT_REGULAR,
+                               "symbolic link, hard link or device (only regular files are read)"), None
+            else:
+                yield _member(split, p, ordinal, ti.name, ti.size, None, f"{p.name}/", ti.name), data
+
+
 def index_targz(files: list[Path], split: str) -> SourceIndex:
     """Index HF tar.gz files (names and sizes; the data is decompressed and discarded)."""
-    def found():
-        for p in files:
-            for ordinal, ti, _ in iter_targz(p, read=False):
-                where = f"{p.name}/{ti.name}"
-                if ordinal < 0:
-                    yield Unusable(key_for(os.path.basename(ti.name)), where, NOT_REGULAR,
-                                   "symbolic link, hard link or device (only regular files are read)")
-                else:
-                    yield _member(split, p, ordinal, ti.name, ti.size, None, where)
-    return _index(split, KIND_TARGZ, files, found())
+    return index_items(split, KIND_TARGZ, files, targz_items(files, split, read=False))
 
 
 # ----------------------------------------------------------------------------- parquet
@@ -168,21 +178,25 @@ def iter_parquet(path: str | os.PathLike, *, read: bool) -> Iterator[tuple[int, 
                           "re-download it") from None
 
 
-def index_parquet(files: list[Path], split: str) -> SourceIndex:
-    """Index HF parquet files; the ``label`` column must agree with a WNID in the image path."""
+def parquet_items(files: list[Path], split: str, *, read: bool):
+    """(row or Unusable, bytes or None) of every row of HF parquet files, in file order; the
+    ``label`` column must agree with a WNID in the image path."""
     wnids = [c.wnid for c in imagenet_1k_classes()]
+    for p in files:
+        for row, name, label, size, data in iter_parquet(p, read=read):
+            if label is None or label < 0:
+                wnid = None
+            elif label < len(wnids):
+                wnid = wnids[label]
+            else:
+                raise SourceError(f"{p.name} row {row} ({name}): label {label} is not an ImageNet-1k class index")
+            yield _member(split, p, row, name or f"row-{row}", size, wnid, f"{p.name}#", f"{row}:{name}"), \
+                (data or b"") if read else None
 
-    def found():
-        for p in files:
-            for row, name, label, size, _ in iter_parquet(p, read=False):
-                if label is None or label < 0:
-                    wnid = None
-                elif label < len(wnids):
-                    wnid = wnids[label]
-                else:
-                    raise SourceError(f"{p.name} row {row} ({name}): label {label} is not an ImageNet-1k class index")
-                yield _member(split, p, row, name or f"row-{row}", size, wnid, f"{p.name}#{row}:{name}")
-    return _index(split, KIND_PARQUET, files, found())
+
+def index_parquet(files: list[Path], split: str) -> SourceIndex:
+    """Index HF parquet files (see `parquet_items`)."""
+    return index_items(split, KIND_PARQUET, files, parquet_items(files, split, read=False))
 
 
 # ----------------------------------------------------------------------------- both
@@ -212,6 +226,6 @@ def iter_member_bytes(kind: str, path: str) -> Iterator[tuple[int, bytes]]:
         raise ValueError(f"not a sequential source kind: {kind}")
 
 
-def _name(files: list[Path]) -> str:
+def files_name(files: list[Path]) -> str:
     return files[0].name if len(files) == 1 else f"{files[0].name} (+{len(files) - 1} more)"
 

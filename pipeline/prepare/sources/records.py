@@ -3,7 +3,8 @@
 Every input is accounted for: a member that cannot become a sample is not dropped but listed in
 `SourceIndex.unusable` with a reason, and ends up in the manifest: `not_a_regular_file` (skipped:
 symlinks, hard links, devices, fifos in an archive; entries of a source folder that are neither a
-file nor a folder, e.g. a broken symlink) and `unsafe_key` (rejected: a name whose key holds a
+file nor a folder, e.g. a broken symlink), `not_a_class_tar` (skipped: a `nXXXXXXXX.tar` member of a tar
+of per-class tars that does not open as a tar) and `unsafe_key` (rejected: a name whose key holds a
 control character, '/' or '..', which would make a shard member name that tools cannot handle).
 Directories are containers, not inputs, and are not listed.
 """
@@ -15,7 +16,8 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-WNID_RE = re.compile(r"^n\d{8}$")
+from imagenet_shards.pipeline.format.label_spaces import WNID_RE  # noqa: F401 - re-exported: the one WNID rule
+
 VAL_KEY_RE = re.compile(r"^ILSVRC2012_val_(\d{8})$")
 
 
@@ -42,16 +44,17 @@ class Unusable:
 
     key: str
     source: str
-    reason: str  # NOT_REGULAR (skipped) or UNSAFE_KEY (rejected)
+    reason: str  # NOT_REGULAR or NOT_A_TAR (skipped), or UNSAFE_KEY (rejected)
     detail: str
 
     @property
     def status(self) -> str:
         """Where the manifest lists it: "skipped" (not an image file at all) or "rejected"."""
-        return "skipped" if self.reason == NOT_REGULAR else "rejected"
+        return "skipped" if self.reason in (NOT_REGULAR, NOT_A_TAR) else "rejected"
 
 
 NOT_REGULAR = "not_a_regular_file"
+NOT_A_TAR = "not_a_class_tar"  # a WNID-named member of a tar of per-class tars that is not a tar itself
 UNSAFE_KEY = "unsafe_key"
 
 
@@ -61,14 +64,17 @@ class SourceIndex:
     kind: str
     name: str
     bytes: int
-    members: list[Member]
+    members: "MemberTable"  # sources/table.py (or a list of Members, from library callers)
     unusable: list[Unusable] = field(default_factory=list)  # in source order; not in the fingerprint
 
     def fingerprint(self) -> str:
         """sha256 over (source location, size) of every member, in archive order."""
         h = hashlib.sha256()
-        for m in self.members:
-            h.update(f"{m.source}\0{m.size}\n".encode())
+        t = self.members
+        rows = ((t.source(i), int(t.size[i])) for i in range(len(t))) if hasattr(t, "source") else \
+            ((m.source, m.size) for m in t)
+        for source, size in rows:
+            h.update(f"{source}\0{size}\n".encode())
         return "index-sha256:" + h.hexdigest()
 
 

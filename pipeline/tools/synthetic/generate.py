@@ -40,6 +40,7 @@ from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.tools.synthetic.archives import add_member, devkit_bytes, kaggle_solution, tar_bytes
+from imagenet_shards.pipeline.tools.synthetic.full_imagenet import FULL_LAYOUTS, generate_full
 from imagenet_shards.pipeline.tools.synthetic.hf import write_hf_layouts
 from imagenet_shards.pipeline.tools.synthetic.images import (PHOTO_PROGRESSIVE_FRACTION, PHOTO_QUALITY, class_styles,
                                                              imagenet_like_size, photo_bytes)
@@ -111,7 +112,7 @@ def _check_args(classes: int, train_per_class: int, val_per_class: int, quirks: 
     unknown = [name for name in layouts if name not in LAYOUTS]
     if unknown or not layouts:
         raise ValueError(f"unknown or no --layout {','.join(unknown) or '(empty)'}: "
-                         f"choose from {','.join(LAYOUTS)}")
+                         f"choose from {','.join(LAYOUTS)} (or, on their own, {','.join(FULL_LAYOUTS)})")
     if set(layouts) & set(HF_LAYOUTS) and "ilsvrc" not in layouts:
         raise ValueError("the hf-targz and hf-parquet layouts are written from the ilsvrc archives: add ilsvrc "
                          "to --layout")
@@ -261,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "LOC_val_solution.csv + flat val/), classtars (OUT/train_class_tars/"
                              "WNID.tar), hf-targz (OUT/hf/data/*.tar.gz) and hf-parquet (OUT/hf-parquet/data/"
                              "*.parquet), the Hugging Face ILSVRC/imagenet-1k forms of the same images (need "
-                             "ilsvrc; parquet needs pyarrow); default ilsvrc")
+                             "ilsvrc; parquet needs pyarrow); or the full-ImageNet releases, on their own: fall11 "
+                             "(OUT/fall11_whole.tar of per-synset tars) and winter21 (OUT/winter21_whole.tar.gz), "
+                             "--classes WNIDs spread over every label space; default ilsvrc")
     parser.add_argument("--imagenet-like", action="store_true",
                         help="clean images with ImageNet's bytes per pixel (~0.6 at q75..95), size spread (~17%% "
                              "over 500 px, a few up to 4000 px) and ~2%% progressive JPEGs: the set for speed "
@@ -279,6 +282,16 @@ def main(argv=None) -> int:
     args.out = Path(storage.local_path(args.out))
     layouts = tuple(s.strip() for s in args.layout.split(",") if s.strip())
     start = time.perf_counter()
+    if layouts and set(layouts) <= set(FULL_LAYOUTS):
+        try:
+            expected = generate_full(args.out, classes=args.classes, per_class=args.train_per_class, seed=args.seed,
+                                     layouts=layouts)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {len(expected['classes'])} classes, {len(expected['samples'])} images as {','.join(layouts)} "
+              f"to {args.out} in {time.perf_counter() - start:.1f}s")
+        return 0
     try:
         expected = generate(args.out, classes=args.classes, train_per_class=args.train_per_class,
                             val_per_class=args.val_per_class, seed=args.seed, quirks=args.quirks,

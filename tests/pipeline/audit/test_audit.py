@@ -11,7 +11,10 @@ import tarfile
 
 import pytest
 
+from tests.fixtures.loader import flip_scan_bytes
+
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.audit import observe
 from imagenet_shards.pipeline.audit.checks import check_sample
 from imagenet_shards.pipeline.audit.cli import main
 from imagenet_shards.pipeline.audit.duplicates import find_duplicate_content
@@ -213,6 +216,34 @@ def test_undecodable_jpeg_with_matching_hash_found_by_deep(data, capsys):
     assert rc == 1
     r = audit(data, deep=True, workers=2, progress=False)
     assert [(p.kind, p.shard, p.key) for p in r.errors] == [("undecodable", url, key)]
+
+
+@pytest.mark.skipif(observe._jpegtran is None, reason="prepare's _jpegtran extension (libjpeg's warnings) not built")
+def test_mild_jpeg_damage_is_named_by_deep(data, capsys):
+    """16 bytes flipped inside one stored JPEG, its size kept and the hashes updated (issue 23):
+    Pillow decodes it without a word; --deep reads it with prepare's libjpeg check and names the
+    sample, the shard and libjpeg's message."""
+    from PIL import Image
+
+    url = manifest_of(data)["splits"]["train"]["shards"][1]["url"]
+    key = first_key(data)
+    damaged = flip_scan_bytes(dict((i.name, b) for i, b in read_members(data / url))[f"{key}.jpg"])
+    Image.open(io.BytesIO(damaged)).load()
+    rewrite_shard(data, url, replace_member(f"{key}.jpg", damaged))
+    assert audit(data, workers=1, progress=False).ok  # sizes and hashes agree: only decoding can tell
+    r = audit(data, deep=True, workers=1, progress=False)
+    assert [(p.kind, p.shard, p.key) for p in r.errors] == [("undecodable", url, key)]
+    assert r.errors[0].detail.startswith("corrupt: libjpeg: Corrupt JPEG data")
+    rc, out, _ = run_cli([data, "--deep"], capsys)
+    assert rc == 1 and key in out and "Corrupt JPEG data" in out
+
+
+def test_deep_says_why_bytes_are_no_image(data):
+    url = manifest_of(data)["splits"]["train"]["shards"][1]["url"]
+    key = first_key(data)
+    rewrite_shard(data, url, replace_member(f"{key}.jpg", b"\xff\xd8\xff" + b"no image here " * 20))
+    details = [p.detail for p in audit(data, deep=True, workers=1, progress=False).errors if p.kind == "undecodable"]
+    assert len(details) == 1 and " at 0x" not in details[0] and "bytes starting" in details[0]
 
 
 def test_cls_disagrees_with_json(data):

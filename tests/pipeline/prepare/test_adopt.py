@@ -15,7 +15,7 @@ import torch
 from imagenet_shards.pipeline.audit.cli import main as audit_main
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.prepare.adopt import label_space, split_of
-from imagenet_shards.pipeline.prepare.adopt_scan import sample_evidence
+from imagenet_shards.pipeline.prepare.adopt_scan import image_format, sample_evidence
 from imagenet_shards.pipeline.prepare.cli import main as prepare_main
 from imagenet_shards.pipeline.tools.inspect_shards import main as inspect_main
 from imagenet_shards.pipeline.tools.synthetic.plan import ilsvrc_ids
@@ -131,7 +131,30 @@ def test_split_names_and_sample_evidence():
     label, wnid, problems = sample_evidence("n01440764_7", {"jpg": b"junk", "cls": b"-1",
                                                             "json": b'{"wnid": "n01443537"}'})
     assert label is None and wnid is None
-    assert [k for k, _ in problems] == ["cls_invalid", "undecodable", "wnid_conflict"]
+    assert [k for k, _ in problems] == ["cls_invalid", "wnid_conflict"]  # the image is image_format's to judge
+
+
+def test_image_format_names_what_pillow_reads_and_why_the_rest_is_not_an_image():
+    import io
+
+    from PIL import Image
+
+    from imagenet_shards.pipeline.tools.synthetic.images import truncate_jpeg
+
+    def saved(mode, fmt):
+        b = io.BytesIO()
+        Image.new(mode, (16, 16)).save(b, fmt)
+        return b.getvalue()
+
+    assert image_format(_tiny_jpeg()) == ("JPEG", None)
+    assert image_format(saved("RGBA", "PNG")) == ("PNG", None) and image_format(saved("P", "GIF")) == ("GIF", None)
+    assert image_format(saved("RGB", "PPM")) == ("PPM", None)  # no signature we know: Pillow's name
+    assert image_format(b"")[1][0] == "empty" and image_format(b"junk" * 9)[1][0] == "not_an_image"
+    big = io.BytesIO()
+    Image.effect_noise((64, 64), 40).convert("RGB").save(big, "JPEG")
+    cut = truncate_jpeg(big.getvalue())
+    assert image_format(cut) == ("JPEG", None)  # the header reads: only --deep finds the cut
+    assert image_format(cut, deep=True)[1][0] == "truncated"
 
 
 def test_label_space_accepts_both_sorted_conventions_and_names_the_first_offender():
@@ -370,3 +393,114 @@ def test_train_imagenet_runs_on_an_adopted_set(samples, tmp_path):
     assert run_cli("--data", tmp_path / "adopted", "--out", run, *TINY, "--epochs", "1", "--limit-batches", "2") == 0
     epoch = next(r for r in read_metrics(run) if r["kind"] == "epoch")
     assert epoch["bad_samples"] == 0 and epoch["loader"]["batches"] >= 2
+
+
+# ----------------------------------------------------------------------------- sets written from the original files
+
+def original_files(root: Path) -> dict[str, list[dict]]:
+    """Every member of the synthetic ILSVRC2012 at `root` as (key, wnid, kind, bytes), per split: the
+    original files, quirks and all, read out of the class tars and the flat val tar."""
+    import io
+    import tarfile
+
+    expected = json.loads((root / "expected.json").read_text())
+    data = {}
+    with tarfile.open(root / "ILSVRC2012_img_train.tar") as outer:
+        for m in outer.getmembers():
+            with tarfile.open(fileobj=io.BytesIO(outer.extractfile(m).read())) as inner:
+                data.update({f"{m.name}/{i.name}": inner.extractfile(i).read() for i in inner.getmembers()})
+    with tarfile.open(root / "ILSVRC2012_img_val.tar") as val:
+        data.update({m.name: val.extractfile(m).read() for m in val.getmembers()})
+    out: dict[str, list[dict]] = {"train": [], "val": []}
+    for s in expected["samples"]:
+        if not s["filename"].startswith("._"):  # an AppleDouble file has no webdataset key
+            out[s["split"]].append({"key": s["key"], "wnid": s["wnid"], "kind": s["quirk"] or "clean",
+                                    "data": data[s["member"]]})
+    return out
+
+
+def write_from_originals(root: Path, files: dict, *, keep) -> Path:
+    """What most conversion scripts do: webdataset's ShardWriter straight from the original files,
+    the bytes under `.jpg` whatever they are, timm's labels (1k indexes) and .json (filename, label,
+    class_name). `keep(sample)` picks the samples."""
+    items = {split: [{"__key__": f["key"], "jpg": f["data"], "cls": str(INDEX_1K[f["wnid"]]).encode(),
+                      "json": json.dumps({"filename": f"{f['key']}.JPEG", "label": INDEX_1K[f["wnid"]],
+                                          "class_name": NAME[f["wnid"]]}).encode()}
+                     for f in sorted(fs, key=lambda f: f["key"]) if keep(f)] for split, fs in files.items()}
+    return write_wds(root, items)
+
+
+def read_everything(data: str, split: str) -> tuple[list[str], dict]:
+    """Keys the loader's reading stage gives, and the stats of one eval pass through its decoders."""
+    ld = D.make_loader(data, split, 8, train=False, workers=0, val_resize=40, val_crop=32)
+    assert sum(len(lab) for _, lab in ld) == ld.stats["samples"]
+    return sorted(keys_read(data, split)), ld.stats
+
+
+def test_a_set_written_from_the_original_files_is_adopted_with_its_pngs_and_gif(synthetic_imagenet, tmp_path,
+                                                                                capsys):
+    """ImageNet's own PNG (n02105855_2933), an RGBA PNG and a palette GIF under .jpg: Pillow decodes
+    them, so they are adopted, counted by their real format, and the loader's Pillow path decodes them."""
+    files = original_files(synthetic_imagenet)
+    readable = {"clean", "progressive", "exif_rotated", "large", "tiny", "png_as_jpeg", "rgba_png", "palette_gif",
+                "cmyk", "grayscale"}
+    src = write_from_originals(tmp_path / "wds", files, keep=lambda f: f["kind"] in readable)
+    assert prepare_main(["adopt", str(src), "--json", "--quiet", "--workers", "2", "--deep"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    m = json.loads((src / "manifest.json").read_text())
+    train = [f for f in files["train"] if f["kind"] in readable]
+    assert m["adopted"]["formats"]["train"] == {"GIF": 1, "JPEG": len(train) - 3, "PNG": 2}
+    assert summary["splits"]["train"]["formats"] == m["adopted"]["formats"]["train"]
+    assert "n02105855_2933" in {f["key"] for f in train if f["kind"] == "png_as_jpeg"}
+    assert m["rejected"] == [] and summary["samples"] == sum(1 for fs in files.values() for f in fs
+                                                             if f["kind"] in readable)
+    assert audit_main([str(src), "--quiet", "--deep", "--workers", "2"]) == 0
+    keys, stats = read_everything(str(src), "train")
+    assert keys == sorted(f["key"] for f in train) and stats["bad_samples"] == 0
+
+
+def test_images_nothing_decodes_refuse_the_set_or_are_left_out_with_exclude_bad(synthetic_imagenet, tmp_path,
+                                                                                capsys):
+    files = original_files(synthetic_imagenet)
+    files["val"].append({"key": "ILSVRC2012_val_00009999", "wnid": files["val"][0]["wnid"], "kind": "junk",
+                         "data": b"<html>404 Not Found</html>"})  # a failed download saved as the image
+    src = write_from_originals(tmp_path / "wds", files, keep=lambda f: True)
+    bad = {f["key"]: f["kind"] for fs in files.values() for f in fs if f["kind"] in ("empty", "truncated", "junk")}
+    assert sorted(bad.values()) == ["empty", "junk", "truncated"]
+
+    err = _refused(src, capsys)  # header checks: the empty member and the junk are undecodable
+    assert "undecodable 2" in err and "--exclude-bad" in err
+
+    assert adopt(src, "--exclude-bad", "--deep") == 0  # --deep also finds the truncated JPEG
+    m = json.loads((src / "manifest.json").read_text())
+    assert {r["key"]: r["reason"] for r in m["rejected"]} == {
+        k: {"empty": "empty", "junk": "not_an_image", "truncated": "truncated"}[kind] for k, kind in bad.items()}
+    assert all(r["source"].startswith("imagenet1k-") and r["detail"] for r in m["rejected"])
+    assert m["config"]["exclude_bad"] is True
+    listed = {k for s in m["splits"].values() for sh in s["shards"] for k in sh.get("excluded", [])}
+    assert listed == set(bad)
+    for split, s in m["splits"].items():  # conservation: every sample is in a shard count or in rejected
+        assert s["images_in"] == len(files[split]) == s["num_samples"] + s["num_rejected"]
+    assert audit_main([str(src), "--quiet", "--deep", "--workers", "2"]) == 0  # the audit passes over them
+    for split in ("train", "val"):  # and so does the loader's reading stage
+        assert sorted(keys_read(str(src), split)) == sorted(f["key"] for f in files[split] if f["key"] not in bad)
+
+    from imagenet_shards.pipeline.audit.run import audit
+
+    entry = next(sh for sh in m["splits"]["val"]["shards"] if sh.get("excluded"))
+    entry["excluded"] = entry["excluded"] + ["ILSVRC2012_val_00000000"]  # a key the shard does not hold
+    (src / "manifest.json").write_text(json.dumps(m))
+    problems = audit(str(src), workers=1, progress=False).problems
+    assert ("sample_missing", "ILSVRC2012_val_00000000") in {(p.kind, p.key) for p in problems}
+
+
+def test_read_shard_counts_positions_past_excluded_samples(synthetic_shards):
+    url = str(next((synthetic_shards / "train").glob("*.tar")))
+    keys = [r.key for r in D.read_shard(url)]
+    gone = frozenset({keys[0], keys[3], keys[-1]})
+    rest = [k for k in keys if k not in gone]
+    assert [r.key for r in D.read_shard(url, exclude=gone)] == rest
+    assert [r.key for r in D.read_shard(url, 2, 5, exclude=gone)] == rest[2:5]
+    assert all(r.jpg and r.cls for r in D.read_shard(url, 1, 4, exclude=gone))
+    with pytest.raises(ValueError, match="holds at least"):
+        list(D.read_shard(url, 0, len(rest) + 1, exclude=gone))

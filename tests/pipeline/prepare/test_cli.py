@@ -189,3 +189,15 @@ def test_a_test_source_adds_the_test_split_unless_splits_says_otherwise(syntheti
     assert list(m["splits"]) == ["val"]
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     assert err == ["note: --train, --test not read: --splits val leaves those splits out"]
+
+
+def test_the_progress_bar_counts_rejected_and_skipped_as_the_summary_does(make_synthetic, tmp_path, capsys):
+    src = make_synthetic(classes=4, train_per_class=3, val_per_class=1, layouts=("ilsvrc",))
+    assert prepare_main(["--train", str(src / "ILSVRC2012_img_train.tar"), "--splits", "train", "--workers", "1",
+                         "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    summary = next(line for line in captured.out.splitlines() if line.strip().startswith("train"))
+    rejected, skipped = (int(summary.split(f" {w}")[0].rsplit(" ", 1)[-1]) for w in ("rejected", "skipped"))
+    assert (rejected, skipped) == (2, 1)  # the quirks: a truncated and an empty JPEG; an AppleDouble file
+    bar = [seg for seg in captured.err.replace("\r", "\n").splitlines() if seg.startswith("prepare train")][-1]
+    assert bar.endswith(f"rejected={rejected}, skipped={skipped}]"), bar

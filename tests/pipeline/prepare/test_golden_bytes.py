@@ -1,7 +1,8 @@
 """The shard set of a fixed synthetic input is byte-identical to the one pinned here.
 
 Pinned on 2026-12-01 (before the package moved under ``imagenet_shards``), re-pinned the same day
-when prepare-shards began writing restart markers on a grid of cells (issue 12), through the console
+when prepare-shards began writing restart markers on a grid of cells (issue 12), and again when the
+cells went from ~64 to ~32 px (issue 24), through the console
 scripts, so the check holds across any restructuring of the code: same generator arguments, same
 prepare-shards arguments -> the same sha256 for every shard and manifest file. The bytes depend on
 the JPEG encoder and the resampler, so the pins hold for the imaging stack that ``make test``
@@ -24,15 +25,15 @@ from imagenet_shards.pipeline.prepare import images
 PINNED_STACK = ("12.1.1.post0", "2.1.5")
 PINNED = {
     "_info.json": "89b8a37c01bb56b00274669cfcd562b5cbca8a1369f0d0a76b562d3733900a9f",
-    "manifest.json": "1a6123aa4901bc4c24e83d9851eb59ffe76ddd95b0e7dd1d3baea3f7c4a864b4",
-    "train.wids.json": "20631bc0cbce0f080391822db54b1677f66d1bb85eb18c79acabfa7089a3241e",
-    "train/imagenet1k-train-000000.tar": "17d235512a4790424b5ea05a37646b7bfc31f2cc378ee8afcc6898bdbbffcdaa",
-    "train/imagenet1k-train-000001.tar": "cdf097892f5633cd62f5e84d4289879c12a2c0ae88c630709d3e9e139efbb5e5",
-    "train/imagenet1k-train-000002.tar": "79d33959657a5b871ddbb8ad94a282ed3e16ab12e5beec7fc7791eb61227b1b7",
-    "train/imagenet1k-train-000003.tar": "3340bb58141163fdda61fd4237073f569dd8909f9994d904cde0b2dc4a192466",
-    "val.wids.json": "a8e8973a09f260b8f9863236eefb0dac20634911f1eb9d7e0ea39d603865fda2",
-    "val/imagenet1k-validation-000000.tar": "d51cc8f960418cf8a972825c2b6219d763f3973d86dce37e2e1889945c1ff208",
-    "val/imagenet1k-validation-000001.tar": "093d9b0c0c3616a51aa5ff9ed401b5949b5ae065da8ba781540b94e50e1df43e",
+    "manifest.json": "9138a2916972a27345202385d63c694f65ff062fdfdb39623b4c2159a448e191",
+    "train.wids.json": "7fda8d3c6c111923e484756cec4ba220706478c977ff583c1bd57ad6017781ce",
+    "train/imagenet1k-train-000000.tar": "adeffb7148c8ddfc63f9b497bcc635f965e399c2606460ac65e2ce567803eae8",
+    "train/imagenet1k-train-000001.tar": "a37815ebd46532d9cf4aeb7d796ce6acba47ebe0d88b7faa9745a33e9d46f96e",
+    "train/imagenet1k-train-000002.tar": "69809b6c7292a6ec660d615e07decf62257ffb26c9976ad514889f51856d8cd9",
+    "train/imagenet1k-train-000003.tar": "7e45ead93df22cf2569a9419d3e27f3e681ac0904fe4e3f3f184d965464ee62f",
+    "val.wids.json": "78942694b8b45e30fdeeaeabda247c9511d7c1457b878f3641f35ad732c4058c",
+    "val/imagenet1k-validation-000000.tar": "81e682e084aeeba15ac33c2213a576c8f4e181471845fc7d1a7f15e8d374d5b7",
+    "val/imagenet1k-validation-000001.tar": "ec849de4b9ccd27bc956f2961e32486bbe3ae67437d332cb9961f08206a824d0",
 }
 
 

@@ -110,14 +110,14 @@ def test_plain_jpeg_is_rewritten_losslessly_with_restart_markers(progressive, su
     assert out.getexif().get(0x0112) == 6
     mcu_width = 16 if subsampling else 8
     per_row = -(-500 // mcu_width)  # MCUs per row: 32 or 63
-    assert restart_interval(r.data) == images._jpegtran.interval_mcus(per_row, mcu_width) == (4 if subsampling else 9)
+    assert restart_interval(r.data) == images._jpegtran.interval_mcus(per_row, mcu_width) == (2 if subsampling else 3)
     assert per_row % restart_interval(r.data) == 0
     assert 0.9 < len(r.data) / len(data) < 1.2  # measured +1.9-3.4 % baseline, +13-15 % progressive; docs/format.md
 
 
 def test_reencoded_jpegs_get_restart_markers_unless_turned_off(monkeypatch):
     big = jpeg(1000, 750)
-    grid = 4 if images._jpegtran is not None else -(-500 // 16)  # 32 MCUs per row: cells of 4, or whole rows
+    grid = 2 if images._jpegtran is not None else -(-500 // 16)  # 32 MCUs per row: cells of 2, or whole rows
     assert restart_interval(process_image(big, DEFAULT).data) == grid
     assert restart_interval(process_image(big, KEEP).data) == 0
     monkeypatch.setattr(images, "_jpegtran", None)  # without the extension: one marker per MCU row
@@ -127,8 +127,8 @@ def test_reencoded_jpegs_get_restart_markers_unless_turned_off(monkeypatch):
 @needs_jpegtran
 def test_restart_grid_tiles_every_row():
     pick = images._jpegtran.interval_mcus
-    assert [pick(n, 16) for n in (1, 3, 4, 8, 21, 23, 24, 32)] == [1, 3, 4, 4, 3, 23, 4, 4]  # ~64 px cells
-    assert [pick(n, 8) for n in (8, 63, 64, 67)] == [8, 9, 8, 67]
+    assert [pick(n, 16) for n in (1, 2, 3, 4, 8, 21, 23, 24, 32)] == [1, 2, 3, 2, 2, 3, 1, 2, 2]  # ~32 px cells
+    assert [pick(n, 8) for n in (8, 63, 64, 67)] == [4, 3, 4, 67]
     assert all(n % pick(n, w) == 0 for n in range(1, 300) for w in (8, 16, 32))
 
 

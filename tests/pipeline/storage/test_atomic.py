@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from imagenet_shards.pipeline.storage.atomic import (atomic_open, link_atomic, stale_temps, temp_owner, temp_path,
-                                                     write_atomic)
+from imagenet_shards.pipeline.storage.atomic import (DiskFull, atomic_open, link_atomic, stale_temps, temp_owner,
+                                                     temp_path, write_atomic)
 
 
 @contextlib.contextmanager
@@ -56,7 +56,7 @@ def test_a_failing_rename_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch)
         raise OSError(28, "No space left on device (test)")
 
     monkeypatch.setattr(os, "replace", no_rename)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFull, match=f"no space left on device writing {target} "):  # names the file
         write_atomic(target, b"new")
     monkeypatch.undo()
     assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["manifest.json"]

@@ -13,13 +13,17 @@ from imagenet_shards.train.bench import peers as P
 from imagenet_shards.train.bench import run as bench
 from imagenet_shards.train.bench.baselines import Baseline
 from imagenet_shards.train.bench.timing import summarize
+from imagenet_shards.train.loader import decode as dec
+
+BUILT_DECODERS = ["pil", "turbo"] if dec._jpegcrop is not None else ["pil"]
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
 # rows that run everywhere the project installs; DALI and FFCV run only where they are installed
 EXPECTED = ("imagenet-shards (", "imagenet-shards (pil)", "torchvision ImageFolder + PIL", "seed tarfile dataset + PIL",
             "webdataset .decode('pil') + PIL")
-OPTIONAL = ("DALI CPU pipeline", "FFCV")  # peers: subprocesses in their own environments
+OPTIONAL = ("DALI CPU pipeline", "FFCV", "FFCV, rn50 write (50 % JPEG, 500 px)",
+            "FFCV, rn18 write (10 % JPEG, 400 px)")  # peers: subprocesses in their own environments
 TINY = ["--batches", "2", "--warmup", "1", "--batch-size", "4", "--res", "16"]
 REAL_PEERS = os.environ.get(P.PEERS_ENV)  # read before the autouse fixture below hides it
 
@@ -78,6 +82,18 @@ def test_target_rate_gives_the_verdict(bench_set, capsys):
     assert bench.main([*args, "--target-img-s", "0.001"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("compute-bound: the loader gives")
     assert bench.main([*args, "--target-img-s", "-1"]) == 2
+
+
+def test_target_rate_advice_leaves_out_the_decoder_in_use(bench_set, capsys, monkeypatch):
+    """Issue 25: beyond the cores, bench-loader advised --decoder turbo while turbo was in use."""
+    monkeypatch.setattr(bench, "usable_cores", lambda: 1)  # 1e9 img/s needs more workers than cores
+    args = [bench_set, "--workers", "0", "--batches", "2", "--warmup", "1", "--batch-size", "4", "--res", "16",
+            "--target-img-s", "1e9"]
+    for decoder in BUILT_DECODERS:
+        assert bench.main([*args, "--decoder", decoder]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert f"decoder {decoder}" in lines[0] and "more workers than the 1 cores" in lines[-1]
+        assert ("--decoder turbo" in lines[-1]) == (decoder != "turbo")
 
 
 def test_compare_every_expected_row_ran(bench_set, capsys):
@@ -194,18 +210,39 @@ def _fake_env(root, env: str):
 
 
 def _tiny_compare(data, **kw):
-    return C.compare(data, workers=0, batches=2, batch_size=4, res=16, warmup=1, rounds=2, also_decoders=(), **kw)
+    return C.compare(data, **{**dict(workers=0, batches=2, batch_size=4, res=16, warmup=1, rounds=2, also_decoders=()),
+                              **kw})
 
 
 def test_peer_rows_say_where_the_environments_are_missing(bench_set, tmp_path, monkeypatch):
     rows = _tiny_compare(bench_set, peers=str(tmp_path / "absent"))
-    assert rows[-2]["note"].startswith(f"not run: peers not found at {tmp_path / 'absent'} (pass --peers DIR")
+    assert rows[-4]["note"].startswith(f"not run: peers not found at {tmp_path / 'absent'} (pass --peers DIR")
     monkeypatch.setenv(P.PEERS_ENV, str(tmp_path))  # the environment variable is read when --peers is not given
     rows = _tiny_compare(bench_set)
-    assert rows[-2]["note"] == (f"not run: no DALI CPU pipeline environment at {tmp_path / 'dali/bin/python'} "
+    assert rows[-4]["note"] == (f"not run: no DALI CPU pipeline environment at {tmp_path / 'dali/bin/python'} "
                                 f"(shared/peers/setup.sh builds it)")
-    assert rows[-1]["note"].startswith("not run: no FFCV environment at")
-    assert all(r[k] is None for r in rows[-2:] for k in C.FIGURES)
+    assert all(r["note"].startswith(f"not run: no {r['name']} environment at") for r in rows[-3:])
+    assert all(r[k] is None for r in rows[-4:] for k in C.FIGURES)
+
+
+def test_rows_say_how_many_bytes_they_read_per_image(bench_set):
+    """Our shards (tar overhead included) and the same JPEGs as files: what each row reads."""
+    listed = _tiny_compare(bench_set, rounds=1)
+    rows = {r["name"]: r for r in listed}
+    ours, files = listed[0]["bytes_per_image"], rows["torchvision ImageFolder + PIL"]["bytes_per_image"]
+    # 3 members a sample (headers, .cls, .json, padding) and each shard's end blocks: ~2.8-3.5 KB here
+    assert files > 0 and files + 5 * 512 < ours < files + 8 * 512
+    assert rows["webdataset .decode('pil') + PIL"]["bytes_per_image"] == ours
+    assert rows["FFCV"]["bytes_per_image"] is None  # not run here: nothing measured
+
+
+def test_the_ffcv_rows_use_ffcv_imagenets_write_settings():
+    """The rn50 and rn18 rows write as ffcv-imagenet recommends (README, write_imagenet.sh)."""
+    assert P.FFCV_WRITES["rn50"] == {"write_mode": "proportion", "max_resolution": 500, "compress_probability": 0.5,
+                                     "jpeg_quality": 90}
+    assert P.FFCV_WRITES["rn18"]["max_resolution"] == 400 and P.FFCV_WRITES["rn18"]["compress_probability"] == 0.1
+    assert P.describe_write("rn18") == "10 % JPEG q90, the rest raw, max side 400"
+    assert [p.write for p in P.PEERS if p.env == "ffcv"] == ["jpg", "rn50", "rn18"]
 
 
 def test_peer_scripts_run_in_the_peer_environment_and_report_why_they_cannot_start(bench_set, tmp_path):
@@ -215,6 +252,7 @@ def test_peer_scripts_run_in_the_peer_environment_and_report_why_they_cannot_sta
     rows = _tiny_compare(bench_set, peers=str(tmp_path))
     by = {r["name"]: r for r in rows}
     assert by["FFCV"]["note"] == "not run: FFCV failed to start: ModuleNotFoundError: No module named 'ffcv'"
+    assert by[OPTIONAL[2]]["note"].startswith(f"not run: {OPTIONAL[2]} failed to start: ModuleNotFoundError")
     assert by["DALI CPU pipeline"]["note"].startswith(
         "not run: DALI CPU pipeline failed to start: ModuleNotFoundError: No module named 'nvidia")
     assert all(by[n][k] is None for n in ("FFCV", "DALI CPU pipeline") for k in C.FIGURES)

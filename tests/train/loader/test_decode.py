@@ -223,8 +223,8 @@ def test_turbo_falls_back_or_handles_the_unusual(kind):
         a = dec.decode_train(data, res=res, rng=random.Random(1), decoder="turbo")
         b = dec.decode_train(data, res=res, rng=random.Random(1), decoder="pil")
         assert a.shape == (3, res, res) and np.abs(a.astype(int) - b).max() <= 1
-    assert np.array_equal(dec.decode_val(data, resize=64, crop=48, decoder="turbo"),
-                          dec.decode_val(data, resize=64, crop=48, decoder="pil"))
+    a, b = (dec.decode_val(data, resize=64, crop=48, decoder=d).astype(int) for d in ("turbo", "pil"))
+    assert np.abs(a - b).max() <= 1  # turbo's own resampler (docs/loader.md) or, declined, Pillow itself
 
 
 @needs_turbo
@@ -256,15 +256,18 @@ class _NoEntry:
     def decode_region(self, *args, **kw):
         return _BUILT_EXTENSION.decode_region(*args, restarts=False, **kw)
 
+    def crop_into(self, *args, **kw):
+        return _BUILT_EXTENSION.crop_into(*args, restarts=False, **kw)
+
 
 _BUILT_EXTENSION = dec._jpegcrop
-MARKERS = [{"restart_marker_rows": 1}, {"restart_marker_blocks": 4}, {"restart_marker_blocks": 1},
+MARKERS = [{"restart_marker_rows": 1}, {"restart_marker_blocks": 2}, {"restart_marker_blocks": 1},
            {"restart_marker_blocks": 7}]  # 7 MCUs tile no row here: decoded from the top
 
 
 @needs_turbo
 @pytest.mark.parametrize("subsampling", [0, 1, 2])
-@pytest.mark.parametrize("marker", MARKERS, ids=["rows1", "blocks4", "blocks1", "blocks7"])
+@pytest.mark.parametrize("marker", MARKERS, ids=["rows1", "blocks2", "blocks1", "blocks7"])
 def test_entering_at_restart_markers_changes_no_output_pixel(monkeypatch, subsampling, marker):
     """Train and val crops decoded from only the restart intervals around them equal those
     decoded from the top, exactly, at every DCT scale."""
@@ -280,7 +283,7 @@ def test_entering_at_restart_markers_changes_no_output_pixel(monkeypatch, subsam
 
 
 @needs_turbo
-@pytest.mark.parametrize("marker", MARKERS[:3], ids=["rows1", "blocks4", "blocks1"])
+@pytest.mark.parametrize("marker", MARKERS[:3], ids=["rows1", "blocks2", "blocks1"])
 def test_a_region_entered_at_restart_markers_equals_the_full_decode(marker):
     """Inside the margins the caller asks for (the chroma upsampling lacks its neighbours at the
     edges of what is decoded: 8 columns each side, the last row) every pixel is the full decode's."""

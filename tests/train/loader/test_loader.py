@@ -207,6 +207,23 @@ def bad_set(tmp_path_factory):
     return str(root), corrupt + [sample_key("train", 11, 11 % C)]
 
 
+@pytest.mark.skipif(D.decode._jpegcrop is None, reason="the turbo decoder (_jpegcrop) is not built")
+def test_libjpeg_warnings_are_bad_samples(tmp_path, caplog):
+    """16 bytes flipped inside one stored JPEG, its size kept (issue 23): Pillow decodes it with wrong
+    pixels; the turbo decoder sees libjpeg's warning, so the sample is skipped, counted and named."""
+    key = sample_key("train", 2, 2 % C)
+    data = str(write_shard_set(tmp_path / "out", train=16, shard_samples=8, num_classes=C, size=(160, 120),
+                               content="texture", flipped_keys=[key]))
+    whole = dict(batch_size=4, workers=0, scale=(1.0, 1.0), shuffle_buffer=1)  # every crop reads every cell
+    ld = D.make_loader(data, "train", decoder="turbo", **whole)
+    with caplog.at_level("WARNING"):
+        assert len(list(ld)) == 4
+    assert ld.stats["bad_samples"] == 1 and ld.stats["bad_keys"] == [key]
+    assert any(key in r.getMessage() and "Corrupt JPEG data" in r.getMessage() for r in caplog.records)
+    pil = D.make_loader(data, "train", decoder="pil", **whole)
+    assert len(list(pil)) == 4 and pil.stats["bad_samples"] == 0  # what the loader did before: a wrong image
+
+
 def shard_keys(data: str, split: str) -> list[list[str]]:
     """Sample keys of each shard of ``split``, in manifest and file order (read with plain tarfile)."""
     out = []

@@ -42,6 +42,13 @@ def test_data_bound_beyond_the_cores_suggests_other_remedies():
     assert "more workers than the 12 cores can give" in v.line and "lower resolution" in v.line
 
 
+def test_the_advice_names_only_what_would_change_something():
+    """Issue 25: --decoder turbo is advised only when the rate was measured with another decoder."""
+    assert "--decoder turbo" in V.from_rates(800, 2400, workers=8, cores=12, decoder="pil").line
+    for decoder in ("turbo", None):  # in use, or not known
+        assert "--decoder" not in V.from_rates(800, 2400, workers=8, cores=12, decoder=decoder).line
+
+
 def test_rates_at_target_are_compute_bound_and_unknown_without_numbers():
     assert V.from_rates(2500, 2400).bound == "compute-bound"
     assert V.from_rates(None, 2400).bound == "unknown"
@@ -122,11 +129,12 @@ def test_report_png_has_its_panels_and_the_verdict(run_dir, tmp_path, capsys):
     img = np.asarray(Image.open(out).convert("L"))
     assert img.shape == (PAGE_INCHES[1] * DPI, PAGE_INCHES[0] * DPI)
     h, w = img.shape
-    # six cells in a 3x2 grid; each plot cell has dark pixels (axes, curves, text) beyond a blank page
+    # six plot cells (3 rows x 2) above the summary row; each has dark pixels (axes, curves, text)
     for row in range(3):
         for col in range(2):
-            cell = img[row * h // 3 + 20:(row + 1) * h // 3 - 20, col * w // 2 + 20:(col + 1) * w // 2 - 20]
+            cell = img[row * h // 4 + 20:(row + 1) * h // 4 - 20, col * w // 2 + 20:(col + 1) * w // 2 - 20]
             assert (cell < 128).mean() > 0.01, (row, col)
+    assert (img[3 * h // 4 + 20:h - 20] < 128).mean() > 0.005  # the summary and the verdict
 
 
 def test_report_of_a_remote_run_folder(run_dir, tmp_path, capsys):

@@ -63,6 +63,12 @@ def test_shm_check_names_the_fix():
     assert host.shm_error(free=64 * 10**9, workers=8, batch_bytes=batch, local_ranks=1) is None
     assert host.shm_error(free=1, workers=0, batch_bytes=batch, local_ranks=1) is None  # no workers, no shm
     assert host.shm_error(free=None, workers=8, batch_bytes=batch, local_ranks=1) is None  # no /dev/shm here
+    # the val loader's persistent workers keep their rings too: both loaders count
+    val = 256 * 3 * 224 * 224
+    fits = 8 * host.BATCHES_PER_WORKER * batch + 1
+    assert host.shm_error(free=fits, workers=8, batch_bytes=batch, local_ranks=1) is None
+    err = host.shm_error(free=fits, workers=8, batch_bytes=batch, local_ranks=1, val_batch_bytes=val)
+    assert err is not None and "(train) + 7 of 38.5 MB (val)" in err
 
 
 def test_too_little_shm_stops_the_run_with_one_line(tiny_shards, tmp_path, capsys, monkeypatch):

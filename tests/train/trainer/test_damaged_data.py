@@ -99,9 +99,59 @@ def test_file_url_for_out_is_a_local_path(tmp_path, capsys):
     assert read_metrics(out)[-1]["kind"] == "final"
 
 
-def test_bad_samples_are_counted_with_limit_batches(shards, tmp_path):
+
+
+def test_a_shard_set_without_val_needs_no_val(tmp_path, capsys):
+    """prepare-shards --splits train writes a manifest without a val split: training on it would
+    evaluate on nothing, so it is refused unless --no-val (then it trains, keeps no best checkpoint)."""
+    from imagenet_shards.pipeline.prepare.run import Config, prepare
+    from imagenet_shards.pipeline.tools.synthetic.generate import generate
+
+    generate(tmp_path / "src", classes=2, train_per_class=8, val_per_class=1, quirks=False, progress=False)
+    data = tmp_path / "train-only"
+    prepare(out=str(data), train=tmp_path / "src" / "ILSVRC2012_img_train.tar", workers=1, progress=False,
+            config=Config(resize="longer:48", splits=("train",)))
     out = tmp_path / "run"
-    assert run_cli("--data", shards, "--out", out, *TINY, "--epochs", "1", "--limit-batches", "2") == 0
+    assert run_cli("--data", data, "--out", out, *TINY, "--epochs", "1") == 2
+    err = _one_error_line(capsys)
+    assert "has no val split" in err and "--no-val" in err and not out.exists()
+    assert run_cli("--data", data, "--out", out, *TINY, "--epochs", "1", "--limit-batches", "1", "--no-val") == 0
+    epoch = next(r for r in read_metrics(out) if r["kind"] == "epoch")
+    assert "val_top1" not in epoch and (out / "checkpoint-latest.pt").exists()
+    assert not (out / "checkpoint-best.pt").exists()
+    assert run_cli("--data", data, "--out", out, *TINY, "--eval-only", "--resume", "auto", "--no-val") == 2
+    assert "drop --no-val" in _one_error_line(capsys)
+
+
+def test_bad_samples_are_counted_and_warned_about_above_the_bars(shards, tmp_path, capsys):
+    """With --limit-batches, the train epoch still counts its bad samples (none here). A bad val
+    sample's warning goes through tqdm (its own line, not into the bar); torch's per-loader "will
+    create 2 worker processes ... suggested max 1" UserWarning is replaced by one line of the trainer's."""
+    import os
+    import tarfile
+    import warnings
+
+    shard = _shard(shards, "val", 0)
+    with tarfile.open(shard) as t:
+        jpg = next(m for m in t.getmembers() if m.name.endswith(".jpg"))
+    with open(shard, "r+b") as f:  # same size: only decoding finds it
+        f.seek(jpg.offset_data)
+        f.write(b"\0" * jpg.size)
+    flags = [f for f in TINY if f not in ("--workers", "0")] + ["--workers", "2"]
+    out = tmp_path / "run"
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})  # one usable core: 2 workers are more than torch suggests
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert run_cli("--data", shards, "--out", out, *flags, "--epochs", "1", "--limit-batches", "2") == 0
+    finally:
+        os.sched_setaffinity(0, cores)
     epoch = next(r for r in read_metrics(out) if r["kind"] == "epoch")
     assert isinstance(epoch["bad_samples"], int) and epoch["bad_samples"] == 0
-    assert epoch["loader"]["batches"] >= 2
+    assert epoch["loader"]["batches"] >= 2 and epoch["val_samples"] == 19  # 20 less the bad one
+    captured = capsys.readouterr()
+    lines = captured.err.replace("\r", "\n").splitlines()
+    assert any(line.startswith(f"skipped bad sample '{jpg.name[:-4]}'") for line in lines), captured.err
+    assert not [w for w in caught if "worker processes" in str(w.message)]
+    assert captured.out.count("--workers 2 per rank x 1 rank(s) = 2 loader processes on 1 usable cores") == 1

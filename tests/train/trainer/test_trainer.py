@@ -224,6 +224,7 @@ def test_no_manifest_is_a_one_line_error(tmp_path, capsys):
     assert run_cli("--data", tmp_path / "nowhere", "--out", tmp_path / "run", *TINY) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "manifest" in err and len(err.splitlines()) == 1
+    assert err.count("point") == 1 and err.endswith("point at the --out of a finished prepare-shards run")  # advice once
 
 
 def test_checkpoint_of_another_arch_is_refused(tiny_shards, tmp_path, capsys):

@@ -60,6 +60,7 @@ def test_two_process_gloo_run(tmp_path, capsys):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]  # no per-rank FutureWarning/UserWarning from torch
 
     results = [json.loads((out / f"result-rank{r}.json").read_text()) for r in (0, 1)]
     assert results[0]["weights_sha256"] == results[1]["weights_sha256"]
@@ -79,3 +80,23 @@ def test_two_process_gloo_run(tmp_path, capsys):
     assert "warning: resuming a 2-process checkpoint with 1 processes" in printed
     state = ckpt.load_checkpoint(out / ckpt.LATEST)
     assert state["world_size"] == 1 and state["epoch"] == 3
+
+
+def test_ddp_is_built_without_deprecated_options(tmp_path):
+    """A real (one-process, gloo) DDP wrap: no FutureWarning, and no buffer broadcast in forward."""
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+
+    from imagenet_shards.train.trainer.distributed import DistInfo, wrap_ddp
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ddp = wrap_ddp(torch.nn.BatchNorm1d(3), DistInfo(0, 2, 0, torch.device("cpu")))
+        assert not [w for w in caught if issubclass(w.category, FutureWarning)], [str(w.message) for w in caught]
+        assert getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", None)) is False
+    finally:
+        dist.destroy_process_group()

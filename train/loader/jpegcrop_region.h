@@ -1,0 +1,61 @@
+/* Decoding only a region of a JPEG with libjpeg-turbo (the turbo decoder; see jpegcrop_region.c). */
+#ifndef JPEGCROP_REGION_H
+#define JPEGCROP_REGION_H
+
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <jpeglib.h>
+
+enum region_status {
+    REGION_OK = 0,
+    REGION_DECLINED = 1,  /* not a 3-component YCbCr/RGB JPEG, or nothing of it in the region */
+    REGION_ERROR = 2,     /* libjpeg stopped with an error (message) */
+    REGION_CORRUPT = 3,   /* libjpeg warned about the entropy-coded data (message; jpeg_warnings.h) */
+    REGION_NO_MEMORY = 4,
+};
+
+struct region_error {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    int status;
+    char message[JMSG_LENGTH_MAX];
+};
+
+/* One region decode: region_start, then region_read (when it said REGION_OK), then region_end. */
+struct region {
+    struct jpeg_decompress_struct cinfo;
+    struct region_error err;
+    unsigned char *entry;   /* the intervals the region needs, as a JPEG (jpegcrop_entry.c), or NULL */
+    int x_skip, y_skip;     /* scaled pixels the entry leaves out left of and above its first one */
+    /* what region_read writes, in pixels of the whole scaled image: columns [x, x + width), rows [y, y + rows) */
+    int x, y, width, rows;
+    int y_stream;           /* the first row in the decoded stream's own coordinates */
+};
+
+/* Header, scale num/8 (num 1..16), and the region: columns [left, right) and rows [top, bottom) of
+ * the scaled image (clipped to it), columns widened to whole iMCUs. `cells` (pixels of the full-size
+ * image: left, top, right, bottom; NULL: none) is what must come out exact when entering at restart
+ * markers; the caller's margins cover libjpeg's upsampling at the region's own edges (8 columns).
+ * fast: the fast integer IDCT and plain upsampling. Returns a region_status. */
+int region_start(struct region *r, const unsigned char *data, size_t size, int num, const int *cells,
+                 int left, int top, int right, int bottom, int fast);
+
+/* The region's rows as RGBX, `stride` bytes apart; stops after the last (rows below are never decoded). */
+int region_read(struct region *r, unsigned char *pixels, size_t stride);
+
+void region_end(struct region *r);
+
+/* The crop box (top, left, height, width: pixels of the original) of `data` resampled to out_h x
+ * out_w into the CHW planes `dst`, flipped when asked (the whole of _jpegcrop.crop_into): the DCT
+ * scale num/8 (0: 1/8, 1/4, 1/2 when the crop stays at least the output size, else 8/8), the axes,
+ * the region they read decoded (entering at restart markers unless `restarts` is 0), the resample.
+ * Returns a region_status; `message` (JMSG_LENGTH_MAX) gets libjpeg's text for REGION_ERROR and
+ * REGION_CORRUPT. `times` (or NULL): CPU seconds of the decode and of the resample are added to
+ * times[0] and times[1]. Scratch memory is per thread, kept between calls. */
+int crop_to_planes(const unsigned char *data, size_t size, double top, double left, double height, double width,
+                   unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, char *message,
+                   double *times);
+
+#endif
