@@ -27,9 +27,9 @@ import torch
 EXECUTION = frozenset({
     "data", "out", "workers", "device", "resume", "stop_after_epochs", "eval_only", "profile", "measure_ceiling",
     "log_interval", "cache_dir", "cache_size", "storage_option", "weights", "compile", "channels_last",
-    "checkpoint_every", "stop_check_every",
+    "checkpoint_every", "stop_check_every", "dist_backend",
     # evaluation only, and how a recipe was fitted to the world size (its effects show as the fields it set)
-    "eval_every", "tta", "eval_real", "val_crop_ratio", "recipe_scaling",
+    "eval_every", "tta", "eval_real", "val_crop_ratio", "no_val", "recipe_scaling",
 })
 # Of those, the ones whose change costs bit-identity (numerics may differ in the last bits).
 INEXACT = ("compile", "channels_last", "device")

@@ -11,6 +11,7 @@ and small checkpoints (18 MB).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -178,7 +179,7 @@ def test_sigkill_after_a_periodic_checkpoint_resumes_exactly_and_supersedes_metr
     capsys.readouterr()
 
     for bad, named in ((["--seed", "1"], "--seed 0 there, 1 here"), (["--batch-size", "3"], "--batch-size 4 there"),
-                       (["--data", tiny_shards], "another shard set")):
+                       (["--data", tiny_shards], "another shard set"), (["--mixup", "0.5"], "--mixup 0.2 there, 0.5")):
         args = [*common, "--out", killed, "--checkpoint-every", "4steps", "--resume", "auto"]
         if bad[0] in args:
             args[args.index(bad[0]) + 1] = bad[1]
@@ -219,6 +220,76 @@ def test_torn_checkpoint_falls_back_to_the_previous_and_says_so(tmp_path):
     (out / ckpt.LATEST).write_bytes(b"")  # both newer ones gone bad: the one before them
     state, path, notes = resume.pick([out / ckpt.MID, out / ckpt.LATEST, out / ckpt.PREVIOUS], load)
     assert path == out / ckpt.PREVIOUS and len(notes) == 2
+
+
+def test_a_mid_epoch_checkpoint_holds_the_recipe_but_not_how_the_run_executes():
+    """What `--resume auto` compares: a recipe field or the recipe's name is refused (named, as the
+    run would print it); how the run executes is not, and only what costs bit-identity is reported."""
+    saved = {"seed": 0, "lr": 0.1, "recipe": None, "workers": 2, "compile": False, "no_val": False, "data": "a"}
+    here = {**saved, "recipe": "ffcv-rn18-16", "lr": 0.2, "workers": 5, "compile": True, "no_val": True, "data": "b"}
+    refused, allowed = resume.config_changes(saved, here)
+    assert refused == ["--lr 0.1 there, 0.2 here", "--recipe unset there, ffcv-rn18-16 here"]
+    assert allowed == ["--compile off there, on here"]
+
+
+def test_signals_inside_training_are_a_flag_and_a_second_one_is_only_noted():
+    """Real signals to this process: inside `deferred()` SIGUSR1 (Slurm's warning) only sets the stop
+    flag, so the step goes on; the next decision is save-and-stop with exit code 138; a second signal
+    (during the save, say) is only counted. Outside, the previous handlers are back."""
+    before = signal.getsignal(signal.SIGUSR1)
+    life = Lifecycle(DistInfo(0, 1, 0, torch.device("cpu")), announce=False)
+    with life.deferred():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # Python runs the handlers between bytecodes of this thread
+        assert life.signal == "SIGUSR1" and life.extra == 1
+        decision = life.after_step(3)
+    assert decision.save and decision.stop and life.code == 138
+    assert signal.getsignal(signal.SIGUSR1) is before
+
+
+AGREE = textwrap.dedent("""
+    import json, os, signal, sys
+    import torch.distributed as dist
+    from imagenet_shards.train.trainer.distributed import init_distributed
+    from imagenet_shards.train.trainer.lifecycle import Lifecycle
+    info = init_distributed("cpu", backend="gloo")
+    calls = [0]
+    reduce = dist.all_reduce
+    def counted(*a, **k):
+        calls[0] += 1
+        return reduce(*a, **k)
+    life = Lifecycle(info, announce=False)  # the default --stop-check-every (8)
+    dist.all_reduce = counted
+    with life, life.deferred():
+        for step in range(1, 200):
+            if info.rank == 1 and step == int(sys.argv[2]):
+                os.kill(os.getpid(), signal.SIGUSR1)  # only rank 1 is told
+            decision = life.after_step(step)
+            if decision is not None and decision.stop:
+                break
+    out = {"stop": step, "reduces": calls[0], "code": life.code, "signal": life.signal}
+    open(os.path.join(sys.argv[1], f"rank{info.rank}.json"), "w").write(json.dumps(out))
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.timeout(300)
+def test_ddp_agreement_every_k_steps_stops_every_rank_at_one_step(tmp_path):
+    """2 gloo ranks through torchrun with the default K = 8 and no training around it: a real SIGUSR1
+    to rank 1 alone at step 13 stops both ranks at the same step, a multiple of K within 2K steps
+    of it, with rank 1's exit code on both; one reduce per K steps, none in between."""
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(script), str(tmp_path), "13"], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1], ranks
+    stop = ranks[0]["stop"]
+    assert stop % 8 == 0 and 13 < stop <= 13 + 16 and ranks[0]["code"] == 138 and ranks[0]["signal"] == "SIGUSR1"
+    assert ranks[0]["reduces"] == stop // 8 - 1  # issued at steps 8, 16, ... and read K steps later
 
 
 def test_checkpoint_every_and_the_lifecycle_decisions():
@@ -262,16 +333,18 @@ def test_ddp_two_workers_signal_to_one_rank_only(shards, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_ddp_sigkill_with_periodic_checkpoints_and_a_torn_one(shards, tmp_path):
-    """2 ranks x 2 workers, --checkpoint-every 3steps, SIGKILL to every process at a random step of
-    epoch 2: --resume auto continues from the mid-epoch checkpoint to bit-identical weights. Then
-    the same kill again with checkpoint-mid.pt torn afterwards: --resume auto says so, falls back to
-    the epoch-end checkpoint, and still ends bit-identical (epoch-boundary resumption is exact too)."""
-    rng, why = _seeded("ddp sigkill")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ddp_sigkill_with_periodic_checkpoints_and_a_torn_one(shards, tmp_path, workers):
+    """2 ranks x 0 or 2 workers, --checkpoint-every 3steps, SIGKILL to every process at a random step
+    of epoch 2: --resume auto continues from the mid-epoch checkpoint to bit-identical weights. Then
+    (2 workers) the same kill again with checkpoint-mid.pt torn afterwards: --resume auto says so,
+    falls back to the epoch-end checkpoint, and still ends bit-identical (epoch-boundary resumption
+    is exact too)."""
+    rng, why = _seeded(f"ddp sigkill, {workers} workers")
     straight = tmp_path / "straight"
-    common = ["--data", shards, *FLAGS, "--workers", "2", "--checkpoint-every", "3steps"]
+    common = ["--data", shards, *FLAGS, "--workers", str(workers), "--checkpoint-every", "3steps"]
     _run(tmp_path, 2, [*common, "--out", straight])
-    for torn in (False, True):
+    for torn in (False, True) if workers else (False,):
         run = tmp_path / f"killed-{torn}"
         pids = lambda: [int((run / f"pid-rank{r}").read_text()) for r in (0, 1)]  # noqa: E731
 
