@@ -421,6 +421,13 @@ def test_recipe_state_survives_a_mid_epoch_stop(shards, tmp_path):
     _interrupt(tmp_path, 1, [*common, "--out", split], split, at_step=rng.randint(8, 10))
     mid = ckpt.load_checkpoint(split / ckpt.MID)
     assert mid["epoch"] == 1 and 0 < mid["epoch_step"] < 7, why  # 15 batches of 4, 2 per step: 7 steps
+    # another layout cannot continue repeated augmentation's copies exactly: refused in one line
+    other = list(common)
+    other[other.index("--workers") + 1] = "0"
+    refused = _launch(tmp_path, 1, [*other, "--out", split, "--resume", "auto"])
+    text, _ = refused.communicate(timeout=200)
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and "repeated augmentation (x2) cannot continue" in errors[0], text
     _run(tmp_path, 1, [*common, "--out", split, "--resume", "auto"])
     _assert_same_weights(straight, split, why)
     assert [r["data_fingerprint"] for r in _epochs(straight)] == [r["data_fingerprint"] for r in _epochs(split)]
