@@ -131,8 +131,10 @@ def skip(args) -> dict:
         n_batches = len(fresh)
         cut = int(n_batches * args.fraction)
         taken = cut * args.batch
+        plan = fresh.dataset.plan(0)[0]
+        seed = position.stream_seed(fresh.dataset.seed, 0, 0, 0, plan)
         t0 = time.process_time()
-        position.consumed_stream(args.samples, args.buffer, 12345, taken)
+        position.consumed_stream(plan, args.samples, args.buffer, seed, taken)
         replay = time.process_time() - t0
         saved = {"epoch": 0, "batches": cut, "workers": [(cut, taken, cut - 1, taken - args.batch, taken)],
                  "fingerprint": [0, 0]}
