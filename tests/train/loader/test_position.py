@@ -12,6 +12,7 @@ import torch
 from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import fingerprint, position
 from imagenet_shards.train.loader.plan import epoch_sequence, sample_ids
+from imagenet_shards.train.loader.reading import SKIPPED
 from tests.fixtures.loader import damage_samples, index_of, sample_key, write_shard_set
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -234,3 +235,16 @@ def test_copies_of_a_sample_get_their_own_crop_streams():
     draws = {tuple(sample_rng(7, r).random() for _ in range(3)) for r in out}
     assert len(draws) == 5  # five emissions, five streams
     assert sample_rng(7, out[0]).random() == sample_rng(7, out[0]).random()  # each one reproducible
+
+
+def test_skipped_positions_count_past_samples_the_manifest_excludes(tmp_path):
+    """A resumed worker's stand-ins and a manifest's excluded samples in one shard: positions (what
+    `skip` names and `Record.index` says, the crop seed) count the samples not excluded only."""
+    data = write_shard_set(tmp_path / "out", train=12, shard_samples=12, num_classes=C, size=(24, 16))
+    url = str(next((data / "train").glob("*.tar")))
+    keys = [r.key for r in D.read_shard(url)]
+    gone = frozenset({keys[0], keys[4], keys[5]})
+    rest = [k for k in keys if k not in gone]
+    got = list(D.read_shard(url, 1, 8, exclude=gone, shard=3, skip=lambda i: i in (2, 3, 6)))
+    assert [r if r is SKIPPED else (r.key, r.index, r.shard) for r in got] == [
+        (rest[1], 1, 3), SKIPPED, SKIPPED, (rest[4], 4, 3), (rest[5], 5, 3), SKIPPED, (rest[7], 7, 3)]
