@@ -431,3 +431,18 @@ def test_recipe_state_survives_a_mid_epoch_stop(shards, tmp_path):
     _run(tmp_path, 1, [*common, "--out", split, "--resume", "auto"])
     _assert_same_weights(straight, split, why)
     assert [r["data_fingerprint"] for r in _epochs(straight)] == [r["data_fingerprint"] for r in _epochs(split)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_preemption_skip_and_checkpoint_run(tmp_path):
+    """bench/bench_preemption.py (the docs' figures) still runs against the code it measures."""
+    def bench(*args) -> dict:
+        proc = subprocess.run([sys.executable, "bench/bench_preemption.py", *args], cwd=REPO, env=ENV,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    skip = bench("skip", "--samples", "300", "--buffer", "60", "--batch", "8")
+    assert skip["skipped"] == int(300 // 8 * 0.9) * 8 and skip["replay_us_per_record"] > 0
+    cost = bench("checkpoint", "--arch", "resnet18", "--ranks", "2", "--repeats", "1", "--dir", str(tmp_path))
+    assert cost["mid_epoch_extra_bytes"] > 0 and cost["epoch_end"]["bytes"] > 40e6
