@@ -220,6 +220,11 @@ def test_torn_checkpoint_falls_back_to_the_previous_and_says_so(tmp_path):
     (out / ckpt.LATEST).write_bytes(b"")  # both newer ones gone bad: the one before them
     state, path, notes = resume.pick([out / ckpt.MID, out / ckpt.LATEST, out / ckpt.PREVIOUS], load)
     assert path == out / ckpt.PREVIOUS and len(notes) == 2
+    # the newest wins, whichever file it is: a mid-epoch one of an earlier epoch loses to an epoch end
+    ckpt.save_checkpoint(out / ckpt.MID, {**base, "epoch": 0, "epoch_step": 5, "step": 5})
+    assert resume.pick([out / ckpt.MID, out / ckpt.PREVIOUS], load)[1] == out / ckpt.PREVIOUS
+    ckpt.save_checkpoint(out / ckpt.MID, {**base, "epoch": 1, "epoch_step": 1, "step": 8})
+    assert resume.pick([out / ckpt.MID, out / ckpt.PREVIOUS], load)[1] == out / ckpt.MID
 
 
 def test_a_mid_epoch_checkpoint_holds_the_recipe_but_not_how_the_run_executes():
