@@ -29,7 +29,7 @@ from imagenet_shards.train.loader import fingerprint
 from imagenet_shards.train.report.page import read_run
 from imagenet_shards.train.trainer import checkpoint as ckpt
 from imagenet_shards.train.trainer import resume
-from imagenet_shards.train.trainer.lifecycle import Lifecycle, parse_every
+from imagenet_shards.train.trainer.lifecycle import Lifecycle, RunSignals, parse_every
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.telemetry import read_metrics
 from tests.fixtures.trainer import run_cli, write_tiny_shards
@@ -251,6 +251,27 @@ def test_signals_inside_training_are_a_flag_and_a_second_one_is_only_noted():
         decision = life.after_step(3)
     assert decision.save and decision.stop and life.code == 138
     assert signal.getsignal(signal.SIGUSR1) is before
+
+
+def test_outside_training_a_signal_stops_the_command_at_once_with_one_line(capsys):
+    """The command's own policy (`RunSignals`, start-up and --eval-only) around the lifecycle's: a
+    signal inside `deferred()` is a flag; once training is left, the next one stops the command
+    where it is (nothing after it runs), one line, 128 + the signal."""
+    reached = []
+
+    def body() -> int:
+        life = Lifecycle(DistInfo(0, 1, 0, torch.device("cpu")), announce=False)
+        with life.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        reached.append(life.signal)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        reached.append("after")
+        return 0
+
+    assert RunSignals().run(body, resuming=True) == 138
+    assert reached == ["SIGTERM"] and capsys.readouterr().err.strip() == "interrupted; rerun the same command to resume"
 
 
 AGREE = textwrap.dedent("""
