@@ -14,6 +14,7 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport
 from imagenet_shards.pipeline.audit.run import audit
 from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.interrupts import run_cli
 
 MAX_LISTED = 200  # on stdout; --json always has every problem
 
@@ -87,6 +88,11 @@ def format_report(r: AuditReport, quiet: bool = False) -> str:
 
 
 def main(argv=None) -> int:
+    """Ctrl-C or SIGTERM: one line and exit 130/143; an audit writes nothing until it is done."""
+    return run_cli(lambda: _main(argv), message="audit-shards: interrupted; nothing was written")
+
+
+def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.workers is not None and args.workers < 1:
         print("audit-shards: error: --workers must be at least 1", file=sys.stderr)

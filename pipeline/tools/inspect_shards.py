@@ -27,6 +27,7 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, shard_url
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
+from imagenet_shards.pipeline.interrupts import run_cli
 
 TILE = 160  # image area of one contact-sheet tile, pixels
 LINE = 13  # caption line height
@@ -332,6 +333,11 @@ def _run(args) -> int:
 
 
 def main(argv=None) -> int:
+    """Ctrl-C or SIGTERM: one line and exit 130/143, no traceback."""
+    return run_cli(lambda: _main(argv), message="inspect-shards: interrupted")
+
+
+def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         storage.apply_storage_options(args.data, args.storage_option)
