@@ -73,7 +73,7 @@ def profile(data: str, *, images: int, res: int) -> dict:
     out["decode_train"] = _cpu(lambda j: dec.decode_train(j, res=res, rng=rng, decoder="turbo", out=slot), jpgs) / n
     cfg = DecodeConfig(train=True, res=res, decoder="turbo")
     t0 = time.process_time()
-    for _ in batches(iter(recs), [64] * (n // 64), cfg, random.Random(0), fill=True):
+    for _ in batches(iter(recs), [64] * (n // 64), cfg, 0, fill=True):
         pass
     out["batches()"] = (time.process_time() - t0) / (64 * (n // 64))
     return out

@@ -2,17 +2,21 @@
 
 Modules, in data-flow order: ``plan`` (the pure epoch plan), ``reading`` (shard pieces -> raw
 records, through the lenient tar reader of ``imagenet_shards.pipeline.format.tar``), ``batching``
-(shuffle buffer, decode, whole batches), ``decode`` (per-sample JPEG -> uint8 crop), ``dataset``
-(the DataLoader facade: ``make_loader``), ``cache`` (local copies of remote shards), ``gpu_decode``.
+(shuffle buffer, decode, whole batches), ``decode`` (per-sample JPEG -> uint8 crop), ``position``
+(where an epoch stands, and resuming it without decoding what it skips), ``fingerprint`` (count
+and order-independent hash of the samples used), ``dataset`` (the DataLoader facade:
+``make_loader``), ``cache`` (local copies of remote shards), ``gpu_decode``.
 The names below are the package's public surface.
 """
 
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
-from imagenet_shards.train.loader.batching import BadSampleError, BatchInfo, DecodeConfig, batches, shuffle_buffer
+from imagenet_shards.train.loader.batching import (BadSampleError, BatchInfo, DecodeConfig, StreamPosition, batches,
+                                                   shuffle_buffer)
 from imagenet_shards.train.loader.dataset import ShardDataset, ShardLoader, make_loader
-from imagenet_shards.train.loader.plan import Piece, WorkerPlan, epoch_plan, shard_order
-from imagenet_shards.train.loader.reading import Record, open_url, read_pieces, read_shard
+from imagenet_shards.train.loader.plan import Piece, PlanError, WorkerPlan, epoch_plan, rest_plan, shard_order
+from imagenet_shards.train.loader.reading import SKIPPED, Record, open_url, read_pieces, read_shard
 
-__all__ = ["BadSampleError", "BatchInfo", "DecodeConfig", "Piece", "Record", "Shard", "ShardDataset", "ShardLoader",
-           "WorkerPlan", "batches", "epoch_plan", "make_loader", "open_url", "read_manifest", "read_pieces",
-           "read_shard", "shard_order", "shuffle_buffer", "split_shards"]
+__all__ = ["BadSampleError", "BatchInfo", "DecodeConfig", "Piece", "PlanError", "Record", "SKIPPED", "Shard",
+           "ShardDataset", "ShardLoader", "StreamPosition", "WorkerPlan", "batches", "epoch_plan", "make_loader",
+           "open_url", "read_manifest", "read_pieces", "read_shard", "rest_plan", "shard_order", "shuffle_buffer",
+           "split_shards"]

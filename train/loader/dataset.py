@@ -13,18 +13,20 @@ import dataclasses
 import gc
 import logging
 import random
+import signal
 from typing import Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader.batching import DecodeConfig, batches, expand_counts, shuffle_buffer, with_counts
+from imagenet_shards.train.loader import fingerprint, position
+from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, batches
 from imagenet_shards.train.loader.cache import ShardCache
-from imagenet_shards.train.loader.plan import WorkerPlan, epoch_plan, repeat_counts
+from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, pieces_at
+from imagenet_shards.train.loader.position import EpochProgress, crop_seed, resume_stream
 from imagenet_shards.train.loader.reading import open_url, read_pieces
 from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board
 
@@ -32,10 +34,9 @@ log = logging.getLogger(__name__)
 
 _WARN_FIRST, _WARN_EVERY = 10, 1000
 _BAD_KEYS_KEPT = 20
-
-
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([p & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0])
+# ShardDataset.state: the epoch, the train resolution, the epoch a resume position applies to, the
+# epoch the rest plan applies to (-1: none)
+EPOCH, RES, RESUMED, REST = range(4)
 
 
 class ShardDataset(IterableDataset):
@@ -58,20 +59,41 @@ class ShardDataset(IterableDataset):
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle_buffer, self.strict = shuffle_buffer, strict
         self.repeats = repeats
-        self.state = torch.tensor([epoch, cfg.res], dtype=torch.int64).share_memory_()
+        # epoch, resolution, the epoch a resume position applies to, the epoch the rest plan applies to
+        self.state = torch.tensor([epoch, cfg.res, -1, -1], dtype=torch.int64).share_memory_()
+        self.resume_at = torch.zeros((max(1, workers), len(StreamPosition._fields)), dtype=torch.int64).share_memory_()
+        self.remaining = torch.zeros(sum(self.sizes) if cfg.train else 0, dtype=torch.bool).share_memory_()
         self.board = new_board(workers, prefetch_factor)
         self._ring: SlotRing | None = None  # set in each worker process, kept across its epochs
 
     def plan(self, epoch: int | None = None) -> list[WorkerPlan]:
-        """This rank's per-worker plans for ``epoch`` (default: the one ``set_epoch`` selected)."""
+        """This rank's per-worker plans for ``epoch`` (default: the one ``set_epoch`` selected): the
+        rest plan of an interrupted epoch where ``ShardLoader.resume`` set one."""
+        epoch = int(self.state[EPOCH]) if epoch is None else epoch
+        rest = self.remaining.numpy() if int(self.state[REST]) == epoch else None
         return epoch_plan(self.sizes, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size,
-                          workers=max(1, self.workers), train=self.cfg.train, seed=self.seed,
-                          epoch=int(self.state[0]) if epoch is None else epoch, repeats=self.repeats)
+                          workers=max(1, self.workers), train=self.cfg.train, seed=self.seed, epoch=epoch,
+                          repeats=self.repeats, remaining=rest)
+
+    def start_position(self, epoch: int, worker: int) -> StreamPosition | None:
+        """Where plan worker ``worker`` resumes ``epoch`` (None: at its start)."""
+        if int(self.state[RESUMED]) != epoch:
+            return None
+        return StreamPosition(*(int(v) for v in self.resume_at[worker].tolist()))
+
+    def rotation(self, epoch: int) -> int:
+        """Which plan worker DataLoader worker 0 serves in this iteration of ``epoch``. The DataLoader
+        takes batches from its workers in turn starting with worker 0, and batch j of an epoch is
+        plan worker ``j % workers``'s; an epoch resumed after k batches continues with plan worker
+        ``k % workers``, so worker i serves plan worker ``(i + k) % workers``."""
+        if int(self.state[RESUMED]) != epoch:
+            return 0
+        return int(self.resume_at[:, 0].sum()) % max(1, self.workers)
 
     def __iter__(self):
         info = get_worker_info()
-        worker = info.id if info is not None else 0
-        epoch, res = int(self.state[0]), int(self.state[1])
+        epoch, res = int(self.state[EPOCH]), int(self.state[RES])
+        worker = ((info.id if info is not None else 0) + self.rotation(epoch)) % max(1, self.workers)
         cfg = self.cfg if res == self.cfg.res else dataclasses.replace(self.cfg, res=res)
         plan = self.plan(epoch)[worker]
         if not plan.batch_sizes:
@@ -79,34 +101,59 @@ class ShardDataset(IterableDataset):
         if info is not None:
             storage.restore_options(self.storage_state[0])
             storage.set_retry_policy(self.storage_state[1])
-        ids = (self.seed, epoch, self.rank, worker)
-        records = read_pieces(self.shards, plan.pieces, opener=self.opener)
-        if cfg.train and plan.shuffle_key is not None:
-            # repeated augmentation: ranks reading the same samples shuffle them alike (the crops,
-            # seeded by rank, differ), then each sample is emitted plan.repeat times in a row
-            pairs = with_counts(records, repeat_counts(plan))
-            rng = random.Random(_seed(self.seed, epoch, plan.shuffle_key, worker, 3))
-            records = expand_counts(shuffle_buffer(pairs, self.shuffle_buffer, rng))
-        elif cfg.train:
-            records = shuffle_buffer(records, self.shuffle_buffer, random.Random(_seed(*ids, 1)))
+        start = self.start_position(epoch, worker) if cfg.train else None
+        seed = position.stream_seed(self.seed, epoch, self.rank, worker, plan)
+        n = sum(p.stop - p.start for p in plan.pieces)
+        order, skip = [], frozenset()
+        if start is not None and start.taken:
+            order = position.consumed_stream(plan, n, self.shuffle_buffer, seed, start.taken)
+            skip = position.skippable(plan, n, order)
+        records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip)
+        if cfg.train:
+            records = position.worker_stream(records, plan, self.shuffle_buffer, seed)
+        if order:
+            records = resume_stream(records, start.taken, exact=plan.shuffle_key is None)
         aug = dec.make_aug(cfg.aug) if cfg.train else None
         if info is not None and self._ring is None:
-            self._ring = SlotRing(self.board, worker)
+            self._ring = SlotRing(self.board, info.id)
             # what the worker inherited (torch, the plan...) is never garbage: keep the cyclic
             # collector's full passes off it (measured ~2 % of a worker's CPU time otherwise)
             gc.freeze()
-        yield from batches(iter(records), plan.batch_sizes, cfg, random.Random(_seed(*ids, 2)),
-                           fill=cfg.train, strict=self.strict, shared=info is not None, aug=aug,
-                           ring=self._ring if info is not None else None)
+
+        def refill():  # the records of the batch a starved batch repeats, read again (rare: spares ran out)
+            a, b = start.refill_start, start.refill_stop
+            copies = position.copy_numbers(plan, order, a, b)
+            records = read_pieces(self.shards, pieces_at(plan.pieces, order[a:b]), opener=self.opener)
+            return (rec._replace(copy=c) for rec, c in zip(records, copies))
+
+        # repeated augmentation: the copies of a sample on different ranks get different crops
+        crops = crop_seed(self.seed, epoch, self.rank if plan.shuffle_key is not None else None)
+        yield from batches(iter(records), plan.batch_sizes, cfg, crops, fill=cfg.train,
+                           strict=self.strict, shared=info is not None, aug=aug,
+                           ring=self._ring if info is not None else None, start=start, refill=refill)
+
+
+def quiet_worker(worker_id: int) -> None:
+    """DataLoader worker start-up: leave SIGINT, SIGTERM and SIGUSR1 to the main process.
+
+    Ctrl-C reaches the whole process group and Slurm signals every process of a job step; a worker
+    that died of it would end the epoch before the main process could reach its agreed stop step
+    and checkpoint. Workers still exit when the main process closes the loader or dies (the
+    DataLoader's own watchdog)."""
+    for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,H,W] contiguous, labels int64 [B])`` for one rank and epoch.
 
     ``len()`` is the exact number of batches this rank yields (eval: minus batches whose samples
-    were all bad). ``stats`` counts what the current (or last) iteration has yielded so far: it is
-    replaced when an iteration starts and updated with every batch, so an epoch cut short (the
-    trainer's ``--limit-batches``) still reports the batches, samples and bad samples it saw."""
+    were all bad; after ``resume``, the batches still to come). ``stats`` counts what the current
+    (or last) iteration has yielded so far: it is replaced when an iteration starts and updated
+    with every batch, so an epoch cut short (the trainer's ``--limit-batches``) still reports the
+    batches, samples and bad samples it saw. ``position(n)`` is where the loader stood after the
+    n-th batch of the iteration: what a mid-epoch checkpoint saves and ``resume`` continues from."""
 
     def __init__(self, dataset: ShardDataset, *, workers: int, pin_memory: bool, persistent_workers: bool,
                  prefetch_factor: int, keys: bool = False):
@@ -114,36 +161,107 @@ class ShardLoader:
         self.keys = keys  # yield (images, labels, keys): the val samples' keys (ReaL labels)
         kw = {}
         if workers > 0:
-            kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor)
-        self._loader = DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory, **kw)
+            kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
+                      worker_init_fn=quiet_worker)
+        # A generator of its own: the DataLoader draws a seed from it at every iteration start, which
+        # would otherwise come from torch's global generator and shift the model's dropout masks by
+        # however many times a loader was iterated (a resumed run iterates the epoch it resumes once more).
+        generator = torch.Generator().manual_seed(dataset.seed)
+        self._loader = DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory,
+                                  generator=generator, **kw)
         self._releaser = Releaser(dataset.board)
         self.stats: dict = {}
         self._warned = 0
+        self._progress: EpochProgress | None = None
+        self._start: dict | None = None  # the position `resume` set for the resumed epoch
 
     @property
     def epoch(self) -> int:
-        return int(self.dataset.state[0])
+        return int(self.dataset.state[EPOCH])
 
     @property
     def res(self) -> int:
-        return int(self.dataset.state[1])
+        return int(self.dataset.state[RES])
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (shard order, shuffle and crop seeds) for the next iteration."""
-        self.dataset.state[0] = int(epoch)
+        self.dataset.state[EPOCH] = int(epoch)
 
     def set_resolution(self, res: int) -> None:
         """Train crop size from the next iteration on (progressive resizing)."""
         if res < 1:
             raise ValueError(f"resolution must be positive, got {res}")
-        self.dataset.state[1] = int(res)
+        self.dataset.state[RES] = int(res)
 
     def __len__(self) -> int:
-        return sum(len(p.batch_sizes) for p in self.dataset.plan())
+        epoch = self.epoch
+        return sum(len(p.batch_sizes) - (s.batches if (s := self.dataset.start_position(epoch, w)) else 0)
+                   for w, p in enumerate(self.dataset.plan()))
 
     @property
     def num_samples(self) -> int:
         return sum(p.num_samples for p in self.dataset.plan())
+
+    def plan_state(self) -> dict:
+        """What the epoch's plan depends on besides the epoch: saved beside the positions."""
+        d = self.dataset
+        rest = int(d.state[REST]) == self.epoch
+        return {"world_size": d.world_size, "workers": max(1, d.workers), "batch_size": d.batch_size,
+                "shuffle_buffer": d.shuffle_buffer, "seed": d.seed, "sizes": list(d.sizes), "repeats": d.repeats,
+                "remaining": position.pack(d.remaining.numpy()) if rest else None}
+
+    def position(self, batches: int | None = None) -> dict:
+        """This rank's position after ``batches`` batches of the current iteration (default: all
+        handed over so far): plain numbers, see ``position.EpochProgress``."""
+        progress = self._progress
+        if progress is None or progress.epoch != self.epoch:
+            start = self._start if self._start and self._start["epoch"] == self.epoch else None
+            progress = EpochProgress(self.epoch, max(1, self.dataset.workers), start)
+        return progress.state(batches)
+
+    def resume(self, plan: dict, positions: list[dict]) -> dict:
+        """Continue epoch ``positions[0]["epoch"]`` where every rank's ``position`` left it.
+
+        Same layout (world size, workers): each worker continues its own stream exactly. Another
+        layout: the samples not yet consumed are planned afresh for this one (``plan.rest_plan``),
+        each exactly once; rank 0 carries the earlier ranks' counts and fingerprint. Returns
+        ``{"exact": bool, "samples_left": N | None}``; PlanError (one line) when the plan cannot
+        be continued: other shards, batch size, seed or shuffle, or a rest too small to share."""
+        d = self.dataset
+        epoch = int(positions[0]["epoch"])
+        for name, mine in (("sizes", list(d.sizes)), ("batch_size", d.batch_size), ("seed", d.seed),
+                           ("shuffle_buffer", d.shuffle_buffer), ("repeats", d.repeats)):
+            if plan.get(name, 1 if name == "repeats" else None) != mine:
+                shown = (f"{len(plan[name])} shards of {sum(plan[name])} samples", f"{len(mine)} of {sum(mine)}") \
+                    if name == "sizes" else (plan[name], mine)
+                raise PlanError(f"the saved loader position is for {name} {shown[0]}, this loader has {shown[1]}")
+        self.set_epoch(epoch)
+        same = plan["world_size"] == d.world_size and plan["workers"] == max(1, d.workers)
+        if same:
+            rest = position.unpack(plan.get("remaining"), sum(d.sizes))
+            if rest is not None:
+                d.remaining.copy_(torch.from_numpy(rest))
+            d.state[REST] = epoch if rest is not None else -1
+            mine = positions[d.rank]
+            d.resume_at.copy_(torch.tensor([list(w) for w in mine["workers"]], dtype=torch.int64))
+            d.state[RESUMED] = epoch
+            self._start = mine
+            return {"exact": True, "samples_left": None}
+        if d.repeats > 1:
+            raise PlanError(f"repeated augmentation (x{d.repeats}) cannot continue an epoch on another world size or "
+                            f"--workers ({plan['world_size']} x {plan['workers']} there, {d.world_size} x "
+                            f"{max(1, d.workers)} here): its copies are laid out per rank; resume with the same "
+                            f"layout, or from the epoch-end checkpoint")
+        rest = ~position.consumed_mask(list(d.sizes), plan, positions)
+        d.remaining.copy_(torch.from_numpy(rest))
+        d.state[REST], d.state[RESUMED] = epoch, -1
+        d.plan(epoch)  # PlanError here if the rest cannot be shared out
+        carried = {k: sum(int(p.get(k, 0)) for p in positions) for k in ("samples", "bad_samples", "duplicated")}
+        fp = fingerprint.combine(*(p.get("fingerprint", fingerprint.EMPTY) for p in positions))
+        self._start = {"epoch": epoch, **(carried if d.rank == 0 else {}),
+                       "fingerprint": list(fp) if d.rank == 0 else list(fingerprint.EMPTY),
+                       "workers": [tuple(StreamPosition())] * max(1, d.workers)}
+        return {"exact": False, "samples_left": int(rest.sum())}
 
     def _report_bad(self, bad: tuple, stats: dict) -> None:
         for key, url, reason in bad:
@@ -155,18 +273,30 @@ class ShardLoader:
                 log.warning("skipped bad sample %r in %s: %s (%d bad so far this epoch)", key, url, reason, n)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        stats = self.stats = {"epoch": self.epoch, "samples": 0, "batches": 0, "bad_samples": 0, "bad_keys": [],
+        epoch = self.epoch
+        start = self._start if int(self.dataset.state[RESUMED]) == epoch or int(self.dataset.state[REST]) == epoch else None
+        streams = max(1, self.dataset.workers)
+        progress = self._progress = EpochProgress(epoch, streams, start if start and start["epoch"] == epoch else None)
+        rotation = self.dataset.rotation(epoch)
+        stats = self.stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0, "bad_keys": [],
                               "duplicated": 0, "recycled": 0}
-        for images, labels, info in self._loader:
-            self._releaser.release_done()  # batches handed out earlier that nobody holds any more
-            self._releaser.track(images, info.worker, info.slot, info.token)
-            if info.bad:
-                self._report_bad(info.bad, stats)
-            stats["duplicated"] += info.duplicated
-            stats["recycled"] += info.recycled
-            stats["samples"] += len(labels)
-            stats["batches"] += 1
-            yield (images, labels, info.keys) if self.keys else (images, labels)
+        try:
+            for images, labels, info in self._loader:
+                self._releaser.release_done()  # batches handed out earlier that nobody holds any more
+                self._releaser.track(images, info.worker, info.slot, info.token)
+                if info.bad:
+                    self._report_bad(info.bad, stats)
+                stats["duplicated"] += info.duplicated
+                stats["recycled"] += info.recycled
+                stats["samples"] += len(labels)
+                stats["batches"] += 1
+                progress.add(info, len(labels), stream=(info.worker + rotation) % streams)
+                stats["fingerprint"] = progress.fingerprint
+                yield (images, labels, info.keys) if self.keys else (images, labels)
+        finally:
+            if int(self.dataset.state[RESUMED]) == epoch:  # a resume position serves one iteration
+                self.dataset.state[RESUMED] = -1
+            self._start = None
 
 
 def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = None, workers: int = 4,

@@ -3,7 +3,9 @@
 A pure function of (shard sizes, seed, epoch, rank, world size, workers, batch size, repeats),
 tested for its invariants (equal full batches per train rank, disjoint ranges, every eval sample
 exactly once; with repeated augmentation, each sample at most `repeats` times and on distinct
-ranks): see ``epoch_plan`` and docs/loader.md.
+ranks): see ``epoch_plan`` and docs/loader.md. ``rest_plan`` is the plan of what is left of an
+epoch interrupted under another layout (world size or workers): every sample not yet seen, exactly
+once, in equal step counts per rank.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ class Piece(NamedTuple):
     shard: int   # index into the shard list
     start: int   # first sample (0-based, within the shard)
     stop: int    # one past the last
+
+
+class PlanError(ValueError):
+    """No plan can do what was asked (the message says why, in one line)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,8 @@ def _pieces(sizes: list[int], order: list[int], start: int, stop: int) -> tuple[
 
 
 def epoch_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int, workers: int,
-               train: bool, seed: int = 0, epoch: int = 0, repeats: int = 1) -> list[WorkerPlan]:
+               train: bool, seed: int = 0, epoch: int = 0, repeats: int = 1,
+               remaining: np.ndarray | None = None) -> list[WorkerPlan]:
     """Per-worker plans of one rank for one epoch (``workers`` >= 1; use 1 for in-process loading).
 
     train: shards in ``shard_order(seed, epoch)``; every rank gets ``floor(floor(N/world)/B)``
@@ -74,7 +81,11 @@ def epoch_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int,
     left over are the ranks' spares (dropped unless they replace bad samples). Each sample is in
     at most one range. eval: manifest order, rank r gets ``[floor(rN/world), floor((r+1)N/world))``
     cut into batches of B (the last one partial) shared out to workers; every sample exactly once.
+    ``remaining`` (train only): the rest of an interrupted epoch, see ``rest_plan``.
     """
+    if remaining is not None:
+        return rest_plan(sizes, remaining, batch_size=batch_size, rank=rank, world_size=world_size,
+                         workers=workers, seed=seed, epoch=epoch)
     if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size or workers < 1:
         raise ValueError(f"bad plan arguments: batch_size={batch_size} rank={rank} "
                          f"world_size={world_size} workers={workers}")
@@ -172,3 +183,78 @@ def repeat_counts(plan: WorkerPlan) -> list[int]:
         if counts[-1] == 0:
             counts.pop()
     return counts[:n] + [0] * max(0, n - len(counts))
+
+
+# ----------------------------------------------------------------------------- sample ids and the rest of an epoch
+
+def sample_ids(sizes: list[int], pieces) -> np.ndarray:
+    """Split-wide ids (manifest order: shard 0's samples, then shard 1's...) of the samples of
+    ``pieces``, in piece order: an id names one sample whatever the epoch, rank or worker."""
+    base = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    parts = [np.arange(base[p.shard] + p.start, base[p.shard] + p.stop, dtype=np.int64) for p in pieces]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def epoch_sequence(sizes: list[int], seed: int, epoch: int) -> np.ndarray:
+    """Sample ids of the train epoch's sequence: shards in ``shard_order``, each in file order."""
+    order = shard_order(len(sizes), seed, epoch)
+    return sample_ids(sizes, [Piece(s, 0, sizes[s]) for s in order])
+
+
+def pieces_of(sizes: list[int], ids: np.ndarray) -> tuple[Piece, ...]:
+    """Inverse of ``sample_ids``: runs of consecutive ids within one shard, as pieces, in order."""
+    if len(ids) == 0:
+        return ()
+    base = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    shard = np.searchsorted(base, ids, side="right") - 1
+    local = ids - base[shard]
+    cut = np.flatnonzero((np.diff(shard) != 0) | (np.diff(local) != 1)) + 1
+    starts = np.concatenate([[0], cut])
+    stops = np.concatenate([cut, [len(ids)]])
+    return tuple(Piece(int(shard[a]), int(local[a]), int(local[b - 1]) + 1) for a, b in zip(starts, stops))
+
+
+def pieces_at(pieces, positions) -> list[Piece]:
+    """One-sample pieces for ``positions`` in the sample sequence of ``pieces`` (0 = the first
+    piece's first sample), in the order given."""
+    starts = np.cumsum([0] + [p.stop - p.start for p in pieces])
+    out = []
+    for i in positions:
+        k = int(np.searchsorted(starts, i, side="right")) - 1
+        p = pieces[k]
+        out.append(Piece(p.shard, p.start + int(i - starts[k]), p.start + int(i - starts[k]) + 1))
+    return out
+
+
+def rest_plan(sizes: list[int], remaining: np.ndarray, *, batch_size: int, rank: int, world_size: int,
+              workers: int, seed: int, epoch: int) -> list[WorkerPlan]:
+    """Per-worker plans of one rank for the rest of an interrupted train epoch.
+
+    ``remaining``: a bool per sample id, True for the samples the epoch has not consumed yet. They
+    are taken in the epoch's sequence order and shared out exactly once: rank r gets an even share
+    (sizes differ by at most 1), cut into the same number of batches S = ceil(largest share / B)
+    on every rank (DDP needs equal step counts), batch sizes as even as possible (at most B).
+    Batch j of the rank is worker ``j % workers``'s (the DataLoader's round-robin order); each
+    worker reads one contiguous run of its rank's share. No spares: a bad sample's slot is refilled
+    by a repeat. PlanError when some rank could not get S batches of at least one sample.
+    """
+    if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size or workers < 1:
+        raise ValueError(f"bad plan arguments: batch_size={batch_size} rank={rank} "
+                         f"world_size={world_size} workers={workers}")
+    seq = epoch_sequence(sizes, seed, epoch)
+    todo = seq[np.asarray(remaining, dtype=bool)[seq]]
+    shares = _even_split(len(todo), world_size)
+    steps = -(-max(shares) // batch_size)
+    if min(shares) < steps:
+        raise PlanError(f"the rest of epoch {epoch} holds {len(todo)} samples: {world_size} ranks cannot each "
+                        f"get {steps} batch(es) of 1 to {batch_size} samples")
+    lo = sum(shares[:rank])
+    mine = todo[lo:lo + shares[rank]]
+    rank_batches = _even_split(len(mine), steps)
+    plans, pos = [], 0
+    for w in range(workers):
+        sizes_w = tuple(rank_batches[w::workers])
+        n = sum(sizes_w)
+        plans.append(WorkerPlan(pieces_of(sizes, mine[pos:pos + n]), sizes_w, 0))
+        pos += n
+    return plans

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from typing import Iterable, Iterator, NamedTuple
+from typing import Callable, Collection, Iterable, Iterator, NamedTuple
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import Shard
@@ -22,12 +22,30 @@ _FIELDS = ("jpg", "webp", "cls")  # what a sample needs (its image: .jpg, or .we
 
 
 class Record(NamedTuple):
-    """One sample's raw bytes (None where the member is missing) and the (redacted) URL of its shard."""
+    """One sample's raw bytes (None where the member is missing), the (redacted) URL of its shard,
+    and where it sits: the shard's index in the split and the sample's index in the shard (-1 when
+    not known). (shard, index, copy) seeds the sample's random crop, so a crop does not depend on
+    which worker reads the sample, or on what was read before it."""
 
     key: str
     url: str
     jpg: bytes | None  # the image's bytes (.jpg or .webp)
     cls: bytes | None
+    shard: int = -1
+    index: int = -1
+    copy: int = 0   # repeated augmentation: which of the sample's copies in the epoch this is
+
+
+class _Skipped:
+    """Stands in for a sample a resumed epoch already consumed: its bytes are not read."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = _Skipped()
 
 
 def _image(fields: dict) -> bytes | None:
@@ -45,40 +63,46 @@ def open_url(url: str, mode: str = "rb"):
     return storage.open_url(url, mode)
 
 
-def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open_url,
-               exclude: frozenset = frozenset()) -> Iterator[Record]:
+def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open_url, shard: int = -1,
+               exclude: frozenset = frozenset(), skip: Callable[[int], bool] | None = None) -> Iterator[Record]:
     """Samples ``[start, stop)`` of one shard, as records of raw bytes (.jpg and .cls only).
 
     Streams the tar (works for non-seekable URLs); samples before ``start`` and other members are
     passed over (by seek where the file can), not read into memory. Samples whose key is in
     ``exclude`` (the manifest left them out) are passed over the same way and not counted: positions
-    count the other samples only. A damaged tar, or a shard that ends before ``stop``, disagrees
-    with the manifest: ValueError naming the URL (redacted, as everywhere the URL is shown) and
-    saying to run audit-shards."""
-    index, key, fields, skip = -1, None, {}, False  # index: position of the last sample not excluded
+    count the other samples only. A sample whose position ``skip`` accepts comes out as ``SKIPPED``,
+    its bytes passed over the same way. A damaged tar, or a shard that ends before ``stop``,
+    disagrees with the manifest: ValueError naming the URL (redacted, as everywhere the URL is
+    shown) and saying to run audit-shards."""
+    index, key, fields, out = -1, None, {}, False  # index: position of the last sample not excluded
     shown = storage.redact(url)
 
     def want(k: str, ext: str) -> bool:  # the member's sample is the current one (same key) or the next
         if ext not in _FIELDS:
             return False
         if k == key:
-            return not skip and index >= start
-        return k not in exclude and index + 1 >= start
+            return not out and index >= start and not (skip is not None and skip(index))
+        return k not in exclude and index + 1 >= start and not (skip is not None and skip(index + 1))
+
+    def record():
+        if skip is not None and skip(index):
+            return SKIPPED
+        return Record(key, shown, _image(fields), fields.get("cls"), shard, index)
 
     with opener(url, "rb") as f, _mapped(f) as source:
         for m in iter_tar(source, want=want, strict=False, where=shown):
             if m.key != key:
-                if key is not None and not skip and start <= index:
-                    yield Record(key, shown, _image(fields), fields.get("cls"))
-                key, fields, skip = m.key, {}, m.key in exclude
-                if not skip:
+                if key is not None and not out and start <= index:
+                    yield record()
+                key, fields, out = m.key, {}, m.key in exclude
+                if not out:
                     index += 1
                     if stop is not None and index >= stop:
                         return
             if m.data is not None:
                 fields[m.ext] = m.data
-        if key is not None and not skip and start <= index:
-            yield Record(key, shown, _image(fields), fields.get("cls"))
+        if key is not None and not out and start <= index:
+            yield record()
         index += 1
     if stop is not None and index < stop:
         raise ValueError(f"{shown}: the manifest says it holds at least {stop} samples but it has {index}; "
@@ -106,8 +130,19 @@ def _mapped(f):
         mm.close()
 
 
-def read_pieces(shards: list[Shard], pieces: Iterable[Piece], *, opener=open_url) -> Iterator[Record]:
-    """Records of the planned pieces, in order."""
+def read_pieces(shards: list[Shard], pieces: Iterable[Piece], *, opener=open_url,
+                skip: Collection[int] = ()) -> Iterator[Record]:
+    """Records of the planned pieces, in order. ``skip``: positions in that sequence of samples
+    (0 = the first piece's first sample) that come out as ``SKIPPED`` without being read; a piece
+    skipped whole is not even opened."""
+    pos = 0
     for p in pieces:
-        shard = shards[p.shard]
-        yield from read_shard(shard.url, p.start, p.stop, opener=opener, exclude=shard.exclude)
+        n = p.stop - p.start
+        if skip and all(pos + i in skip for i in range(n)):
+            yield from (SKIPPED for _ in range(n))
+        else:
+            offset = pos - p.start
+            shard = shards[p.shard]
+            yield from read_shard(shard.url, p.start, p.stop, opener=opener, shard=p.shard, exclude=shard.exclude,
+                                  skip=(lambda i, o=offset: o + i in skip) if skip else None)
+        pos += n

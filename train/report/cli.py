@@ -3,8 +3,11 @@
   report-run RUN_DIR [--out report.png] [--json]
 
 Reads RUN_DIR/metrics.jsonl (a local folder or a URL) and draws loss, top-1/top-5, learning rate,
-throughput, data-wait and memory (main RSS, loader workers' PSS per epoch) over steps, with one verdict line: "data-bound: the training loop waited
-34 % of the time; ~1.5x more loader throughput needed ..." or "compute-bound: data-wait 1.2 %".
+throughput, data-wait and memory (main RSS, loader workers' PSS per epoch) over steps (each step
+once: records a resumed run superseded are left out), with one verdict line: "data-bound: the
+training loop waited 34 % of the time; ~1.5x more loader throughput needed ..." or
+"compute-bound: data-wait 1.2 %"; then each epoch's data fingerprint (samples used and a hash of
+their keys, over all ranks).
 Needs matplotlib (pip install -e '.[report]').
 """
 
@@ -18,6 +21,7 @@ import sys
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
 from imagenet_shards.train.report.page import ReportError, draw_report, read_run
+from imagenet_shards.train.report.records import fingerprints
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,10 +49,15 @@ def main(argv=None) -> int:
     except (ReportError, OSError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    fps = fingerprints(records)
     if args.json:
-        print(json.dumps({"report": out, **verdict.as_dict()}, sort_keys=True))
+        print(json.dumps({"report": out, **verdict.as_dict(), "data_fingerprints": fps}, sort_keys=True))
     else:
         print(f"wrote {out}\n{verdict.line}")
+        for fp in fps:
+            print(f"epoch {fp['epoch'] + 1} data fingerprint: " + "; ".join(
+                f"{split} {fp[split]['samples']} samples, hash {fp[split]['hash']}" for split in ("train", "val")
+                if fp.get(split)))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.train.report.records import current_records, fingerprints
 from imagenet_shards.train.report.verdict import Verdict, from_metrics
 
 METRICS_FILE = "metrics.jsonl"
@@ -22,7 +23,8 @@ class ReportError(Exception):
 
 
 def read_run(run_dir: str) -> list[dict]:
-    """The records of RUN_DIR/metrics.jsonl (a local folder or a URL)."""
+    """The current records of RUN_DIR/metrics.jsonl (a local folder or a URL): those a resumed run
+    superseded are left out (``records.current_records``), so every step is drawn once."""
     url = storage.join(str(run_dir), METRICS_FILE)
     try:
         text = storage.read_bytes(url).decode("utf-8")
@@ -37,6 +39,7 @@ def read_run(run_dir: str) -> list[dict]:
                 if n == len(text.splitlines()):
                     break  # a line being written right now
                 raise ReportError(f"{storage.redact(url)} line {n} is not JSON") from None
+    records = current_records(records)
     if not records:
         raise ReportError(f"{storage.redact(url)} holds no records yet")
     return records
@@ -107,6 +110,12 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
         lines.append(f"val top-1 {100 * final['val_top1']:.2f} %   top-5 {100 * (final.get('val_top5') or 0):.2f} %")
     if final.get("loader_efficiency") is not None:
         lines.append(f"loader efficiency {100 * final['loader_efficiency']:.0f} % of the synthetic-data ceiling")
+    fps = fingerprints(records)
+    if fps:
+        lines += ["", "data fingerprint (samples, key hash):"]
+        for fp in fps[-3:]:
+            lines += [f"  epoch {fp['epoch'] + 1} {split} {fp[split]['samples']} {fp[split]['hash'][:8]}"
+                      for split in ("train", "val") if fp.get(split)]
     warning = next((r["line"] for r in records if r.get("kind") == "memory_warning"), None)
     lines += ["", "verdict:"] + _wrap(verdict.line, 110) + ([""] + _wrap(warning, 110) if warning else [])
     summary.text(0.0, 1.0, "\n".join(lines), va="top", family="monospace", fontsize=10,

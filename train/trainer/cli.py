@@ -6,8 +6,10 @@ A published recipe: train-imagenet --recipe ffcv-rn50-16 --data DATA --out RUN_D
                  train-imagenet --recipe ffcv-rn50-16 --show [--world-size 8]   (the resolved recipe as JSON)
 URLs: only --data takes a URL (s3://, gs://, http(s)://, ...). --out, --cache-dir, --weights and
 --resume PATH are local paths; a URL there is refused (exit 2) rather than taken as a folder name.
-Exit codes: 0 done, 2 the run could not start or continue (the message says why), 130/143 stopped by
-SIGINT (Ctrl-C)/SIGTERM (one line; --resume auto continues from the last checkpoint).
+Exit codes: 0 done, 2 the run could not start or continue (the message says why); 143, 138, 130
+stopped by SIGTERM, SIGUSR1, SIGINT (128 + the signal): during training after writing a checkpoint,
+before it at once; either way a line says how to resume (the same command with --resume auto).
+See docs/training.md, "Preemption and requeue".
 """
 
 from __future__ import annotations
@@ -82,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop-after-epochs", type=_positive_int, metavar="N",
                    help="stop after N epochs in this invocation (the schedule still spans --epochs); "
                         "continue later with --resume auto")
+    g.add_argument("--checkpoint-every", metavar="DURATION",
+                   help="also write RUN_DIR/checkpoint-mid.pt mid-epoch every DURATION: 30m, 1.5h, 90s, 2000steps, "
+                        "or both (30m,2000steps). Signals (SIGTERM, SIGUSR1, SIGINT) always write one; "
+                        "--resume auto takes the newest")
+    g.add_argument("--stop-check-every", type=_positive_int, default=8, metavar="STEPS",
+                   help="under DDP, steps between the ranks' agreements on a pending stop (default 8: a stop "
+                        "comes within 16 steps of the signal; each agreement is one async all-reduce of two "
+                        "numbers on the CPU)")
     g.add_argument("--eval-only", action="store_true", help="evaluate --weights or --resume and exit")
     g.add_argument("--no-val", action="store_true",
                    help="train without evaluating (needed for a --data whose val split is missing or empty; "
@@ -224,7 +234,8 @@ def config_from_argv(argv: list[str] | None = None, *, parser: argparse.Argument
 
 def main(argv: list[str] | None = None) -> int:
     """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2,
-    SIGINT/SIGTERM into one line and 130/143 (`lifecycle.RunSignals`)."""
+    SIGTERM/SIGUSR1/SIGINT into one line and 143/138/130 (`lifecycle`: during training after a
+    checkpoint, before it at once)."""
     from imagenet_shards.train.recipes import UnknownRecipe, describe
     from imagenet_shards.train.trainer.config import TrainError
     try:
@@ -236,19 +247,23 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(describe(config, world_size=world), indent=1))
         return 0
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
-    from imagenet_shards.train.trainer.lifecycle import RunSignals
+    from imagenet_shards.train.trainer.lifecycle import RunSignals, Stopped
     from imagenet_shards.train.trainer.run import train
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     def run() -> int:
+        rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
         try:
             # warnings our modules log (a bad sample skipped) go above the progress bars, not into them
             with logging_redirect_tqdm(loggers=[logging.getLogger("imagenet_shards")]):
                 train(config)
         except TrainError as e:
-            rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1"))
             print(f"{f'[rank {rank}] ' if world > 1 else ''}error: {storage.redact(e)}", file=sys.stderr, flush=True)
             return 2
+        except Stopped as e:  # one line per node (local rank 0), the signal's exit code on every rank
+            if os.environ.get("LOCAL_RANK", "0") == "0":
+                print(str(e), file=sys.stderr, flush=True)
+            return e.code
         return 0
 
     try:

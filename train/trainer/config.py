@@ -109,6 +109,8 @@ class TrainConfig:
     recipe: str | None = None                # the published recipe this run follows (train/recipes)
     recipe_overrides: dict = field(default_factory=dict)  # field -> the recipe's value a flag replaced
     recipe_scaling: dict = field(default_factory=dict)    # how the recipe was fitted to this world size
+    checkpoint_every: str | None = None      # mid-epoch checkpoints: "30m", "2000steps", "30m,2000steps"
+    stop_check_every: int = 8                # steps between the ranks' agreements on a stop (lifecycle.py)
 
 
 def default_warmup(epochs: int) -> float:
@@ -176,3 +178,15 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
             raise TrainError(f"--gpu-decode's loader does not do {', '.join(unsupported)}; drop one of them")
     if config.eval_real and config.synthetic_data:
         raise TrainError("--eval-real needs --data (a val split with the original val keys), not --synthetic-data")
+    if config.checkpoint_every:
+        from imagenet_shards.train.trainer.lifecycle import parse_every
+        try:
+            parse_every(config.checkpoint_every)
+        except ValueError as e:
+            raise TrainError(str(e)) from None
+        if config.gpu_decode or config.synthetic_data:
+            flag = "--gpu-decode" if config.gpu_decode else "--synthetic-data"
+            raise TrainError(f"--checkpoint-every needs the CPU loader's position; {flag} runs checkpoint at "
+                             f"epoch ends only (drop one of them)")
+    if config.stop_check_every < 1:
+        raise TrainError(f"--stop-check-every must be >= 1, got {config.stop_check_every}")

@@ -3,7 +3,7 @@
 Nothing here reads files, parses arguments or decides what to run; the trainer
 (`imagenet_shards.train.trainer.run`) wires these together. The step never waits on the device:
 losses are summed on it between log intervals, fp16's inf check stays on it (fused SGD), and the
-host syncs only at a log line, at the warm-up mark and at the epoch end.
+host syncs only at a log line, at the warm-up mark, at a mid-epoch checkpoint and at the epoch end.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class EpochStats:
     main_cpu_seconds: float | None = None  # CPU time of this process (all its threads, no workers)
     amp_scale: float | None = None         # fp16: GradScaler's scale at the end
     amp_skipped_steps: int | None = None   # fp16: steps skipped for inf/NaN gradients
+    stopped: bool = False                  # ended early on the lifecycle's stop decision
 
     @property
     def data_wait_fraction(self) -> float:
@@ -83,19 +84,32 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class _Interval:
-    """Loss/accuracy sums on the device for the steps since the last log line (no host sync)."""
+class _Sums:
+    """The epoch's loss and correct-prediction sums so far, on the device (no host sync per step);
+    `read()` brings them to the host (at a log line, a checkpoint, the epoch end). One running sum
+    per epoch, added to step by step, so an epoch resumed from a checkpoint's sums adds the same
+    numbers in the same order: its loss and accuracy come out bit-identical."""
 
-    def __init__(self, device: torch.device):
-        self.loss = torch.zeros((), dtype=torch.float64, device=device)
-        self.correct = torch.zeros((), dtype=torch.int64, device=device)
-        self.seen, self.wait_s, self.start = 0, 0.0, time.perf_counter()
+    def __init__(self, device: torch.device, start=(0.0, 0, 0)):
+        self.loss = torch.tensor(float(start[0]), dtype=torch.float64, device=device)
+        self.correct = torch.tensor(int(start[1]), dtype=torch.int64, device=device)
+        self.seen = int(start[2])
 
-    def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor, wait_s: float) -> None:
+    def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
         self.loss += loss.detach().double() * labels.shape[0]
         self.correct += (logits.detach().argmax(1) == labels).sum()
         self.seen += labels.shape[0]
-        self.wait_s += wait_s
+
+    def read(self) -> list:
+        """[loss sum, correct, seen] as host numbers (the host sync)."""
+        return [self.loss.item(), int(self.correct.item()), self.seen]
+
+
+class _Interval:
+    """Host-side marks of the last log line: the sums then, and the time and data wait since."""
+
+    def __init__(self, sums: list):
+        self.sums, self.wait_s, self.start = list(sums), 0.0, time.perf_counter()
 
 
 def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimizer: torch.optim.Optimizer,
@@ -103,49 +117,57 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                     ema: ModelEma | None = None, ema_source: torch.nn.Module | None = None,
                     metrics: MetricsLog | None = None, log_interval: int = 50, res: int | None = None,
                     limit_batches: int | None = None, profiler=None, desc: str = "train",
-                    accumulate: int = 1, ema_every: int = 1, steps_per_epoch: int | None = None) -> EpochStats:
-    """Train over `batches` once (at most `limit_batches` optimizer steps).
+                    accumulate: int = 1, ema_every: int = 1, steps_per_epoch: int | None = None,
+                    epoch_step: int = 0, sums: list | None = None, lifecycle=None,
+                    checkpoint: Callable[[int, list], None] | None = None) -> EpochStats:
+    """Train over `batches` once (at most `limit_batches` optimizer steps of the epoch).
 
     Losses stay on the device between log intervals (no per-step host sync); every
-    `log_interval` steps one "train_interval" record is written and the bar's postfix updated.
-    `step` is the global optimizer step before this epoch. With `accumulate` N each optimizer step
-    sums the gradients of N loader batches (each loss divided by N; DDP syncs only on the last).
-    The EMA updates after the optimizer steps `ema_due` picks (every `ema_every`-th of the epoch).
-    The batch iterator is closed at the end, also when `limit_batches` ends the epoch early (so the
-    loader stops and counts what it saw).
+    `log_interval` steps of the epoch one "train_interval" record is written and the bar's
+    postfix updated. `step` is the global optimizer step before this call. With `accumulate` N
+    each optimizer step sums the gradients of N loader batches (each loss divided by N; DDP syncs
+    only on the last). The EMA updates after the optimizer steps `ema_due` picks (every
+    `ema_every`-th of the epoch). A resumed epoch passes `epoch_step` (its steps already done;
+    `batches` then yields the rest) and `sums` (the loss sums at that point). After each step
+    `lifecycle.after_step` may ask for a mid-epoch checkpoint, `checkpoint(epoch steps done,
+    sums)`, and to stop (`EpochStats.stopped`). The batch iterator is closed at the end, also when
+    the epoch ends early (so the loader stops and counts what it saw).
     """
     model.train()
     accumulate = max(1, accumulate)
-    total = len(batches) // accumulate if limit_batches is None else min(limit_batches, len(batches) // accumulate)
-    steps_per_epoch = steps_per_epoch or total
+    total = len(batches) // accumulate
+    if limit_batches is not None:
+        total = min(limit_batches - epoch_step, total)
+    steps_per_epoch = steps_per_epoch or epoch_step + total
     device = info.device
     warmup = min(10, total // 4)  # steps left out of steady_img_per_s
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, seen
+    running = _Sums(device, sums or (0.0, 0, 0))
     skipped = torch.zeros((), dtype=torch.float32, device=device) if scaler is not None else None
-    interval = _Interval(device)
-    done, images, wait_s, first_step = 0, 0, 0.0, 0.0
+    interval = _Interval(sums or (0.0, 0, 0))
+    done, images, wait_s, first_step, stopped = 0, 0, 0.0, 0.0, False
     steady_start, steady_images = None, 0
-    bar = tqdm(total=total, desc=desc, disable=not info.is_main, dynamic_ncols=True, leave=False)
+    bar = tqdm(total=epoch_step + total, initial=epoch_step, desc=desc, disable=not info.is_main,
+               dynamic_ncols=True, leave=False)
     cpu_start = process_cpu_seconds()
     start = time.perf_counter()
 
-    def flush() -> None:
+    def flush() -> list:
         nonlocal interval
-        loss_sum, correct = interval.loss.item(), interval.correct.item()  # the host sync
+        now_sums = running.read()  # the host sync
+        loss_sum, correct, seen = (a - b for a, b in zip(now_sums, interval.sums))
         now = time.perf_counter()
         span = max(now - interval.start, 1e-9)
         lr = optimizer.param_groups[0]["lr"]
-        record = dict(epoch=epoch, step=step + done, lr=lr, loss=loss_sum / interval.seen,
-                      acc=correct / interval.seen, img_per_s=interval.seen * info.world_size / span,
-                      data_wait_fraction=interval.wait_s / span, gpu_mem_gib=gpu_memory_gib(device),
-                      res=res)
-        if metrics is not None:
-            metrics.log("train_interval", **record)
-        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{record['img_per_s']:.0f}",
-                        wait=f"{100 * record['data_wait_fraction']:.0f}%")
-        sums.add_(torch.tensor([loss_sum, float(correct), float(interval.seen)], dtype=torch.float64,
-                               device=device))
-        interval = _Interval(device)
+        if seen:
+            record = dict(epoch=epoch, step=step + done, lr=lr, loss=loss_sum / seen, acc=correct / seen,
+                          img_per_s=seen * info.world_size / span, data_wait_fraction=interval.wait_s / span,
+                          gpu_mem_gib=gpu_memory_gib(device), res=res)
+            if metrics is not None:
+                metrics.log("train_interval", **record)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{record['img_per_s']:.0f}",
+                            wait=f"{100 * record['data_wait_fraction']:.0f}%")
+        interval = _Interval(now_sums)
+        return now_sums
 
     it = iter(batches)
     micro = 0
@@ -168,7 +190,8 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                     scaler.scale(scaled).backward()
                 else:
                     scaled.backward()
-            interval.add(loss, logits, batch.labels, batch.wait_s)
+            running.add(loss, logits, batch.labels)
+            interval.wait_s += batch.wait_s
             wait_s += batch.wait_s
             images += batch.labels.shape[0] * info.world_size
             if not last_micro:
@@ -193,22 +216,31 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                 _sync(device)
                 first_step = time.perf_counter() - start
             bar.update(1)
-            if done % log_interval == 0 or done == total:
+            if (epoch_step + done) % log_interval == 0 or done == total:
                 flush()
             if done >= total:
                 break
+            decision = lifecycle.after_step(step + done) if lifecycle is not None else None
+            if decision is not None:  # a mid-epoch checkpoint (never at the epoch's last step: its end saves)
+                if checkpoint is not None:
+                    checkpoint(epoch_step + done, running.read())
+                if decision.stop:
+                    stopped = True
+                    break
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()
         bar.close()
-    if interval.seen:  # the loader ended before len() said it would
+    if running.seen != interval.sums[2]:  # the loader ended before len() said it would
         flush()
     _sync(device)
     end = time.perf_counter()
     cpu_end = process_cpu_seconds()
     seconds = end - start
-    loss_sum, correct, seen = all_reduce_sum(info, sums).tolist()
+    totals = torch.tensor([running.loss.item(), float(running.correct.item()), float(running.seen)],
+                          dtype=torch.float64, device=device)
+    loss_sum, correct, seen = all_reduce_sum(info, totals).tolist()
     img_per_s = images / max(seconds, 1e-9)
     steady = img_per_s
     if steady_start is not None and images > steady_images:
@@ -218,7 +250,8 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                       steady_img_per_s=steady, first_step_seconds=first_step,
                       main_cpu_seconds=None if cpu_start is None or cpu_end is None else cpu_end - cpu_start,
                       amp_scale=float(scaler.get_scale()) if scaler is not None else None,
-                      amp_skipped_steps=int(skipped.item()) if skipped is not None else None)
+                      amp_skipped_steps=int(skipped.item()) if skipped is not None else None,
+                      stopped=stopped)
 
 
 def tta_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:

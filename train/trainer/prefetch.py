@@ -6,7 +6,8 @@ MixUp/CutMix and random erasing. On CPU the same code runs with no streams. The 
 blocked on the loader's `next()` is reported with each batch: that is the data wait.
 
 All device-side randomness comes from per-epoch generators seeded by (seed, epoch, rank), so an
-epoch's augmentations do not depend on what ran before it (exact resume at epoch boundaries).
+epoch's augmentations do not depend on what ran before it (exact resume at epoch boundaries);
+`rng_state` is their state before the batch held ahead, for a mid-epoch checkpoint.
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ class DevicePrefetcher:
         self.rng = np.random.default_rng([self.seed, epoch, self.rank, 0x5EED])
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(self.rng.integers(2**62)))
+        self._resume_rng = None if self.aug is None else {"numpy": self.rng.bit_generator.state,
+                                                          "torch": self.generator.get_state()}
 
     def _prepare(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         images, labels = to_device(images, self.device), to_device(labels, self.device)
@@ -223,7 +226,20 @@ class DevicePrefetcher:
             x, targets = mix_batch(x, labels, aug, self.rng)
         return to_model_layout(x, self.dtype, self.channels_last), targets, labels
 
+    def rng_state(self) -> dict | None:
+        """The augmentation's random state from before the batch held ahead was prepared: what a
+        run resumed after the batch just handed over must start from (None without augmentation)."""
+        return self._resume_rng
+
+    def load_rng_state(self, state: dict | None) -> None:
+        """Continue the epoch's augmentation stream from `rng_state()` (after `set_epoch`)."""
+        if state is not None:
+            self.rng.bit_generator.state = state["numpy"]
+            self.generator.set_state(state["torch"])
+
     def _fetch(self, it: Iterator) -> tuple | None:
+        if self.aug is not None:  # a few µs a batch: numpy's PCG64 state and the generator's
+            self._resume_rng = {"numpy": self.rng.bit_generator.state, "torch": self.generator.get_state()}
         # On CUDA this runs on the side stream: a loader that hands over device tensors made on a
         # stream of its own (--gpu-decode) makes the current (side) stream wait for them.
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():

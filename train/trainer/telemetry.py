@@ -65,9 +65,11 @@ def _clean(value):
 
 class MetricsLog:
     """Appends records to RUN_DIR/metrics.jsonl (flushed per record) and mirrors numeric fields to
-    TensorBoard under `<kind>/<field>` when `tensorboard` is importable."""
+    TensorBoard under `<kind>/<field>` when `tensorboard` is importable. `purge_step` (a resumed
+    run's step): TensorBoard hides the earlier events past it, as `supersede` marks the records."""
 
-    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True,
+                 purge_step: int | None = None):
         self.enabled = enabled
         self.file = None
         self.tb = None
@@ -83,7 +85,8 @@ class MetricsLog:
             except ImportError:  # optional extra: pip install imagenet-shards[tensorboard]
                 SummaryWriter = None
             if SummaryWriter is not None:
-                self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+                self.tb = SummaryWriter(str(run_dir / "tensorboard"),
+                                        purge_step=None if purge_step is None else purge_step + 1)
                 self.tensorboard_dir = run_dir / "tensorboard"
 
     def log(self, kind: str, **fields) -> dict:
@@ -115,12 +118,43 @@ class MetricsLog:
             self.tb = None
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """All records of RUN_DIR/metrics.jsonl, in order (empty if there is none)."""
+def read_metrics(run_dir: str | Path, current: bool = False) -> list[dict]:
+    """All records of RUN_DIR/metrics.jsonl, in order (empty if there is none); `current`: without
+    the superseded ones (see `supersede`)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if current:
+        from imagenet_shards.train.report.records import current_records
+        records = current_records(records)
+    return records
+
+
+def supersede(run_dir: str | Path, step: int) -> int:
+    """Mark the records a killed run wrote past global step `step` (where its successor resumes)
+    `"superseded": true`, so each step has one current record; returns how many. The file is
+    rewritten through the atomic writer: a crash leaves the old file or the new one. Records
+    without a step (`start`) stay as they are."""
+    from imagenet_shards.pipeline.storage.atomic import write_atomic
+
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return 0
+    lines, marked = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the line a killed process was writing
+            continue
+        if isinstance(record.get("step"), int) and record["step"] > step and not record.get("superseded"):
+            record["superseded"] = True
+            marked += 1
+        lines.append(json.dumps(record, sort_keys=True))
+    write_atomic(path, ("\n".join(lines) + "\n").encode("utf-8") if lines else b"")
+    return marked
 
 
 # CUDA runtime calls that block the host until the device catches up

@@ -122,6 +122,10 @@ def test_report_png_has_its_panels_and_the_verdict(run_dir, tmp_path, capsys):
     assert report_main([str(run_dir), "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["report"] == str(out) and printed["bound"] in ("data-bound", "compute-bound")
+    fps = printed["data_fingerprints"]  # per epoch: samples used and their key hash, train and val
+    assert [f["epoch"] for f in fps] == [0, 1] and all(f["val"]["samples"] == 20 for f in fps)
+    # 64 train samples in batches of 8, no spares: each epoch uses every one, so the same set
+    assert all(f["train"]["samples"] == 8 * 8 for f in fps) and fps[0]["train"] == fps[1]["train"]
     img = np.asarray(Image.open(out).convert("L"))
     assert img.shape == (PAGE_INCHES[1] * DPI, PAGE_INCHES[0] * DPI)
     h, w = img.shape
@@ -169,3 +173,22 @@ def test_docs_training_md_names_every_record_kind_and_field_of_a_run(run_dir):
             named |= epoch_fields
         missing = sorted(set(r) - named - {"kind", "time"})
         assert not missing, f"{r['kind']}: {missing} are not in docs/training.md's metrics table"
+
+
+def test_superseded_records_are_drawn_once(tmp_path, capsys):
+    """What a run resumed after a kill leaves: the killed run's records past the checkpoint marked
+    superseded, the resumed run's after them. report-run reads each step once, in order."""
+    from imagenet_shards.train.trainer.telemetry import supersede
+
+    lines = [{"kind": "start", "time": 0}]
+    lines += [{"kind": "train_interval", "step": s, "epoch": 0, "loss": 1.0, "img_per_s": 10.0, "time": s}
+              for s in range(1, 9)]  # the killed run got to step 8; its checkpoint is at step 5
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"kind": "train_in')
+    assert supersede(tmp_path, 5) == 3  # steps 6, 7, 8 (and the half-written last line dropped)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        for r in [{"kind": "start", "time": 9}] + [{"kind": "train_interval", "step": s, "epoch": 0, "loss": 0.5,
+                                                   "img_per_s": 20.0, "time": 10 + s} for s in range(6, 11)]:
+            f.write(json.dumps(r) + "\n")
+    drawn = [(r["step"], r["loss"]) for r in read_run(str(tmp_path)) if r["kind"] == "train_interval"]
+    assert drawn == [(s, 1.0) for s in range(1, 6)] + [(s, 0.5) for s in range(6, 11)]
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "r.png")]) == 0

@@ -148,7 +148,7 @@ def _weights(path: Path) -> dict:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2: also mid-epoch in test_preemption
 def test_resume_gives_identical_weights(tiny_shards, tmp_path, workers):
     common = ["--data", tiny_shards, *TINY, "--workers", workers, "--amp", "none", "--epochs", "2", "--warmup-epochs", "0.5",
               "--mixup", "0.2", "--cutmix", "1.0", "--random-erase", "0.25", "--ema", "0.9", "--lr", "0.05"]

@@ -1,0 +1,134 @@
+"""Which checkpoint a run continues from, and whether it may: `--resume auto` among the run's files, a
+torn file skipped for the previous one, and a mid-epoch checkpoint held to the run that made it.
+
+A run folder holds up to three checkpoints to resume from (checkpoint.py writes them):
+`checkpoint-mid.pt` (the newest mid-epoch one), `checkpoint-latest.pt` (the last epoch end) and
+`checkpoint-previous.pt` (the epoch end before it, a hard link kept for this fallback). `--resume
+auto` takes the one furthest into training that loads; one that does not (torn, truncated, not
+ours) is named and passed over. Each is opened with `mmap=True`, so looking at all three reads
+their headers, not their tensors.
+
+A mid-epoch checkpoint continues exactly only the run that wrote it: same shard set (by content:
+shard names, sizes and hashes, wherever the copy lives), seed, batch size and recipe (every
+config field but the execution settings in EXECUTION). Another value is refused in one line;
+changed execution settings are allowed and reported (world size and workers re-plan the rest of
+the epoch, see loader/position.py; the others only lose bit-identity).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+# Config fields that say how a run executes, not what it computes: they may differ on resume.
+EXECUTION = frozenset({
+    "data", "out", "workers", "device", "resume", "stop_after_epochs", "eval_only", "profile", "measure_ceiling",
+    "log_interval", "cache_dir", "cache_size", "storage_option", "weights", "compile", "channels_last",
+    "checkpoint_every", "stop_check_every", "dist_backend",
+    # evaluation only, and how a recipe was fitted to the world size (its effects show as the fields it set)
+    "eval_every", "tta", "eval_real", "val_crop_ratio", "no_val", "recipe_scaling",
+})
+# Of those, the ones whose change costs bit-identity (numerics may differ in the last bits).
+INEXACT = ("compile", "channels_last", "device")
+
+
+def data_identity(manifest: dict | None) -> str | None:
+    """A digest of the shard set's content as its manifest lists it (split, shard name, samples,
+    sha256 or size): equal for two copies of one set wherever they live."""
+    if manifest is None:
+        return None
+    rows = []
+    for split in sorted(manifest.get("splits", {})):
+        for s in manifest["splits"][split].get("shards", []):
+            rows.append([split, Path(str(s.get("url", ""))).name, s.get("num_samples"), s.get("sha256") or s.get("bytes")])
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def position_of(state: dict) -> tuple[int, int]:
+    """(epoch, steps done in it): how far into training a checkpoint is."""
+    return int(state.get("epoch", 0)), int(state.get("epoch_step") or 0)
+
+
+def describe_position(state: dict) -> str:
+    epoch, done = position_of(state)
+    if done:
+        return f"epoch {epoch + 1}, step {done} of {state.get('steps_per_epoch', '?')} (global step {state.get('step')})"
+    return f"the end of epoch {epoch} (global step {state.get('step')})"
+
+
+def pick(paths: list[Path], load) -> tuple[dict | None, Path | None, list[str]]:
+    """Of the existing `paths`, the checkpoint furthest into training that `load` reads, and one
+    line per file that could not be read. (None, None, lines) when none could."""
+    loaded, notes = [], []
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            loaded.append((load(path), path))
+        except Exception as e:  # torn, truncated or foreign: name it and go on to the next
+            reason = " ".join(str(e).split())[:160]
+            notes.append(f"{path} cannot be loaded ({type(e).__name__}: {reason})")
+    if not loaded:
+        return None, None, notes
+    state, path = max(loaded, key=lambda sp: position_of(sp[0]))
+    if notes:
+        notes = [f"warning: {n}; resuming from {path} ({describe_position(state)}) instead" for n in notes]
+    return state, path, notes
+
+
+def config_changes(saved: dict, config: dict) -> tuple[list[str], list[str]]:
+    """(refused, allowed): the fields that differ between a mid-epoch checkpoint's config and this
+    run's, as `--flag A there, B here` texts; allowed lists only those that cost bit-identity."""
+    refused, allowed = [], []
+    for name in sorted(set(saved) | set(config)):
+        if name in ("data", "storage_option"):
+            continue
+        a, b = _norm(saved.get(name)), _norm(config.get(name))
+        if a == b:
+            continue
+        text = f"--{name.replace('_', '-')} {_show(a)} there, {_show(b)} here"
+        if name not in EXECUTION:
+            refused.append(text)
+        elif name in INEXACT:
+            allowed.append(text)
+    return refused, allowed
+
+
+def continuation_problem(state: dict, config: dict, data_id: str | None, path: Path) -> str | None:
+    """One line saying why this mid-epoch checkpoint cannot continue this run, or None."""
+    if data_id is not None and state.get("data_id") not in (None, data_id):
+        what = "another shard set (its manifest lists other shards, sizes or hashes)"
+    else:
+        refused, _ = config_changes(state.get("config") or {}, config)
+        if not refused:
+            return None
+        what = "other settings: " + "; ".join(refused[:4]) + (f" (and {len(refused) - 4} more)" if len(refused) > 4 else "")
+    return (f"{path} is a mid-epoch checkpoint of {what}. It continues only the run that wrote it (same shard "
+            f"set, seed, batch size and recipe); to change them, resume from the epoch-end checkpoint "
+            f"(--resume {path.parent / 'checkpoint-latest.pt'}) or start a new --out")
+
+
+def _norm(value):
+    if isinstance(value, tuple):
+        return [_norm(v) for v in value]
+    if isinstance(value, list):
+        return [_norm(v) for v in value]
+    return value
+
+
+def _show(value) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def lazy_load(path: Path) -> dict:
+    """A checkpoint's state with its tensors memory-mapped (read when used)."""
+    return torch.load(Path(path), map_location="cpu", weights_only=True, mmap=True)
