@@ -9,11 +9,13 @@ a bounded buffer, decodes (uint8 only) and forms whole batches itself, so the Da
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import gc
 import logging
 import random
 import signal
+import weakref
 from typing import Iterator
 
 import torch
@@ -139,10 +141,17 @@ def quiet_worker(worker_id: int) -> None:
     Ctrl-C reaches the whole process group and Slurm signals every process of a job step; a worker
     that died of it would end the epoch before the main process could reach its agreed stop step
     and checkpoint. Workers still exit when the main process closes the loader or dies (the
-    DataLoader's own watchdog)."""
+    DataLoader's own watchdog), and at interpreter exit (`ShardLoader.close`, registered with
+    atexit: multiprocessing's own exit hook would SIGTERM them, which they ignore, and wait)."""
     for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    loader = ref()
+    if loader is not None:
+        loader.close()
 
 
 class ShardLoader:
@@ -174,6 +183,15 @@ class ShardLoader:
         self._warned = 0
         self._progress: EpochProgress | None = None
         self._start: dict | None = None  # the position `resume` set for the resumed epoch
+        if workers > 0:  # runs before multiprocessing's exit hook (atexit is last in, first out)
+            atexit.register(_close_at_exit, weakref.ref(self))
+
+    def close(self) -> None:
+        """Stop the worker processes now (persistent ones included); a later iteration starts new ones."""
+        iterator = getattr(self._loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        self._loader._iterator = None
 
     @property
     def epoch(self) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -192,6 +194,29 @@ def test_persistent_workers_follow_set_epoch_and_resolution(sets):
     ld.set_epoch(0)
     assert collect(ld) == first
     assert len(ld) == ld.stats["batches"] and ld.num_samples == ld.stats["samples"]
+
+
+@pytest.mark.timeout(120)
+def test_a_script_that_leaves_persistent_workers_running_still_exits(sets):
+    """Workers ignore SIGTERM (signals are the main process's to decide), and multiprocessing's exit
+    hook SIGTERMs daemonic children and then waits for them: the loader closes them first."""
+    script = ("import sys\nfrom imagenet_shards.train.loader import make_loader\n"
+              "ld = make_loader(sys.argv[1], 'train', 4, res=16, workers=2, persistent_workers=True)\n"
+              "n = sum(1 for _ in ld)\nprint(n, len(ld))\n")
+    r = subprocess.run([sys.executable, "-c", script, sets[7]], capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr
+    n, expected = map(int, r.stdout.split())
+    assert n == expected > 0
+
+
+def test_close_stops_the_workers_and_a_later_epoch_starts_new_ones(sets):
+    ld = loader(sets[7], workers=2, persistent_workers=True, seed=4)
+    first = collect(ld)
+    workers = list(ld._loader._iterator._workers)
+    assert all(w.is_alive() for w in workers)
+    ld.close()
+    assert not any(w.is_alive() for w in workers) and ld._loader._iterator is None
+    assert collect(ld) == first
 
 
 # ----------------------------------------------------------------------------- bad samples
