@@ -297,6 +297,7 @@ def test_loader_from_s3_through_faults_with_botocore_retries_off(s3, archives, l
     assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
 
 
+@pytest.mark.slow  # ~25 s; the default run keeps GCS end to end (above) and faults over S3 and HTTP
 @pytest.mark.timeout(120)
 def test_loader_from_gcs_through_faults(gcs, archives, local_shards, local_epochs):
     out = gcs.url("faulty")
