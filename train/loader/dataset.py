@@ -141,17 +141,26 @@ def quiet_worker(worker_id: int) -> None:
     Ctrl-C reaches the whole process group and Slurm signals every process of a job step; a worker
     that died of it would end the epoch before the main process could reach its agreed stop step
     and checkpoint. Workers still exit when the main process closes the loader or dies (the
-    DataLoader's own watchdog), and at interpreter exit (`ShardLoader.close`, registered with
-    atexit: multiprocessing's own exit hook would SIGTERM them, which they ignore, and wait)."""
+    DataLoader's own watchdog), on `ShardLoader.close()`, and at interpreter exit: every live
+    iterator's workers are shut down first by our atexit hook, since multiprocessing's own exit hook
+    would SIGTERM them, which they ignore, and wait for ever (even for an iteration left unfinished)."""
     for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
-def _close_at_exit(ref: weakref.ref) -> None:
-    loader = ref()
-    if loader is not None:
-        loader.close()
+_LIVE_ITERATORS: weakref.WeakSet = weakref.WeakSet()  # every ShardLoader's worker iterators, process-wide
+
+
+def _shutdown(iterator) -> None:
+    if hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+
+
+@atexit.register  # registered after torch's and multiprocessing's exit hooks, so it runs before them
+def _stop_workers_at_exit() -> None:
+    for iterator in list(_LIVE_ITERATORS):
+        _shutdown(iterator)
 
 
 class ShardLoader:
@@ -183,14 +192,13 @@ class ShardLoader:
         self._warned = 0
         self._progress: EpochProgress | None = None
         self._start: dict | None = None  # the position `resume` set for the resumed epoch
-        if workers > 0:  # runs before multiprocessing's exit hook (atexit is last in, first out)
-            atexit.register(_close_at_exit, weakref.ref(self))
+        self._iterators: weakref.WeakSet = weakref.WeakSet()  # this loader's live worker iterators
 
     def close(self) -> None:
-        """Stop the worker processes now (persistent ones included); a later iteration starts new ones."""
-        iterator = getattr(self._loader, "_iterator", None)
-        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
+        """Stop the worker processes now (persistent ones, and those of an iteration left unfinished);
+        a later iteration starts new ones."""
+        for iterator in list(self._iterators):
+            _shutdown(iterator)
         self._loader._iterator = None
 
     @property
@@ -298,8 +306,12 @@ class ShardLoader:
         rotation = self.dataset.rotation(epoch)
         stats = self.stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0, "bad_keys": [],
                               "duplicated": 0, "recycled": 0}
+        batches_in = iter(self._loader)
+        if self.dataset.workers > 0:
+            self._iterators.add(batches_in)
+            _LIVE_ITERATORS.add(batches_in)
         try:
-            for images, labels, info in self._loader:
+            for images, labels, info in batches_in:
                 self._releaser.release_done()  # batches handed out earlier that nobody holds any more
                 self._releaser.track(images, info.worker, info.slot, info.token)
                 if info.bad:

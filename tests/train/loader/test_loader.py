@@ -197,12 +197,15 @@ def test_persistent_workers_follow_set_epoch_and_resolution(sets):
 
 
 @pytest.mark.timeout(120)
-def test_a_script_that_leaves_persistent_workers_running_still_exits(sets):
+def test_a_script_that_leaves_workers_running_still_exits(sets):
     """Workers ignore SIGTERM (signals are the main process's to decide), and multiprocessing's exit
-    hook SIGTERMs daemonic children and then waits for them: the loader closes them first."""
+    hook SIGTERMs daemonic children and then waits for them: our exit hook stops them first, both
+    persistent workers after a whole epoch and the workers of an iteration left unfinished."""
     script = ("import sys\nfrom imagenet_shards.train.loader import make_loader\n"
               "ld = make_loader(sys.argv[1], 'train', 4, res=16, workers=2, persistent_workers=True)\n"
-              "n = sum(1 for _ in ld)\nprint(n, len(ld))\n")
+              "n = sum(1 for _ in ld)\nprint(n, len(ld))\n"
+              "unfinished = iter(make_loader(sys.argv[1], 'train', 4, res=16, workers=2))\n"
+              "first = next(unfinished)\n")
     r = subprocess.run([sys.executable, "-c", script, sets[7]], capture_output=True, text=True, timeout=90)
     assert r.returncode == 0, r.stderr
     n, expected = map(int, r.stdout.split())
@@ -217,6 +220,13 @@ def test_close_stops_the_workers_and_a_later_epoch_starts_new_ones(sets):
     ld.close()
     assert not any(w.is_alive() for w in workers) and ld._loader._iterator is None
     assert collect(ld) == first
+    unfinished = loader(sets[7], workers=2, seed=4)
+    batches = iter(unfinished)
+    next(batches)
+    workers = [w for it in unfinished._iterators for w in it._workers]
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    unfinished.close()
+    assert not any(w.is_alive() for w in workers)
 
 
 # ----------------------------------------------------------------------------- bad samples
