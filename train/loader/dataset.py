@@ -150,6 +150,7 @@ def quiet_worker(worker_id: int) -> None:
 
 
 _LIVE_ITERATORS: weakref.WeakSet = weakref.WeakSet()  # every ShardLoader's worker iterators, process-wide
+_OUR_WORKERS: weakref.WeakSet = weakref.WeakSet()  # their worker processes (multiprocessing holds them until joined)
 
 
 def _shutdown(iterator) -> None:
@@ -161,6 +162,12 @@ def _shutdown(iterator) -> None:
 def _stop_workers_at_exit() -> None:
     for iterator in list(_LIVE_ITERATORS):
         _shutdown(iterator)
+    # A worker that did not stop when asked (torch then sends SIGTERM, which ours ignore) would be
+    # waited for by multiprocessing's exit hook for ever: kill what is left of ours.
+    for worker in list(_OUR_WORKERS):
+        if worker.is_alive():
+            worker.kill()
+            worker.join(5)
 
 
 class ShardLoader:
@@ -310,6 +317,7 @@ class ShardLoader:
         if self.dataset.workers > 0:
             self._iterators.add(batches_in)
             _LIVE_ITERATORS.add(batches_in)
+            _OUR_WORKERS.update(getattr(batches_in, "_workers", ()))
         try:
             for images, labels, info in batches_in:
                 self._releaser.release_done()  # batches handed out earlier that nobody holds any more

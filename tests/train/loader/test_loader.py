@@ -200,12 +200,17 @@ def test_persistent_workers_follow_set_epoch_and_resolution(sets):
 def test_a_script_that_leaves_workers_running_still_exits(sets):
     """Workers ignore SIGTERM (signals are the main process's to decide), and multiprocessing's exit
     hook SIGTERMs daemonic children and then waits for them: our exit hook stops them first, both
-    persistent workers after a whole epoch and the workers of an iteration left unfinished."""
+    persistent workers after a whole epoch and the workers of an iteration left unfinished, and
+    kills one that cannot stop when asked (stopped here by SIGSTOP)."""
     script = ("import sys\nfrom imagenet_shards.train.loader import make_loader\n"
               "ld = make_loader(sys.argv[1], 'train', 4, res=16, workers=2, persistent_workers=True)\n"
               "n = sum(1 for _ in ld)\nprint(n, len(ld))\n"
               "unfinished = iter(make_loader(sys.argv[1], 'train', 4, res=16, workers=2))\n"
-              "first = next(unfinished)\n")
+              "first = next(unfinished)\n"
+              "stuck = make_loader(sys.argv[1], 'train', 4, res=16, workers=1)\n"
+              "it = iter(stuck)\nnext(it)\n"
+              "for w in next(iter(stuck._iterators))._workers:\n"
+              "    import os, signal\n    os.kill(w.pid, signal.SIGSTOP)  # a worker that cannot stop when asked\n")
     r = subprocess.run([sys.executable, "-c", script, sets[7]], capture_output=True, text=True, timeout=90)
     assert r.returncode == 0, r.stderr
     n, expected = map(int, r.stdout.split())
