@@ -129,7 +129,7 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
 
 def _memory_limits(a, records: list[dict]) -> None:
     """The memory panel's dotted lines: 10 % over the second epoch, where the trainer warns."""
-    from imagenet_shards.train.trainer.memory import GROWTH_LIMIT
+    from imagenet_shards.train.trainer.watch.memory import GROWTH_LIMIT
 
     epochs = [r for r in records if r.get("kind") == "epoch"]
     if len(epochs) < 2:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.train.trainer import host
+from imagenet_shards.train.trainer.watch import host
 from imagenet_shards.train.trainer.distributed import DistInfo
 
 AMP_CHOICES = ("bf16", "fp16", "none")
@@ -179,7 +179,7 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
     if config.eval_real and config.synthetic_data:
         raise TrainError("--eval-real needs --data (a val split with the original val keys), not --synthetic-data")
     if config.checkpoint_every:
-        from imagenet_shards.train.trainer.lifecycle import parse_every
+        from imagenet_shards.train.trainer.state.lifecycle import parse_every
         try:
             parse_every(config.checkpoint_every)
         except ValueError as e:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from imagenet_shards.train.trainer import real as R
 from imagenet_shards.train.trainer.distributed import DistInfo
-from imagenet_shards.train.trainer.engine import evaluate, make_autocast, train_one_epoch, tta_logits
+from imagenet_shards.train.trainer.engine import StepRecord, evaluate, make_autocast, train_one_epoch, tta_logits
 from imagenet_shards.train.trainer.lamb import Lamb
 from imagenet_shards.train.trainer.loss import BinaryCrossEntropy, make_criterion
 from imagenet_shards.train.trainer.model import (BlurPoolConv2d, ModelEma, build_model, build_optimizer, ema_due,
@@ -214,15 +214,16 @@ def test_train_one_epoch_updates_the_ema_every_n_steps_and_accumulates():
     ema = ModelEma(model, 0.5, ramp=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     kw = dict(optimizer=opt, scheduler=None, scaler=None, autocast=make_autocast("none", torch.device("cpu")),
-              criterion=torch.nn.CrossEntropyLoss(), info=CPU, epoch=1, log_interval=100)
-    stats = train_one_epoch(model, batches, step=8, ema=ema, ema_source=model, ema_every=3, steps_per_epoch=8, **kw)
+              criterion=torch.nn.CrossEntropyLoss(), info=CPU, log_interval=100)
+    stats = train_one_epoch(batches, StepRecord(model, ema=ema, ema_source=model, ema_every=3, steps_per_epoch=8, **kw),
+                            epoch=1, step=8)
     assert stats.steps == 8 and ema.updates == 3  # in-epoch steps 0, 3, 6
     # two accumulated batches per step = one step on their concatenation (mean loss over 8 samples)
     start = copy.deepcopy(model.state_dict())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     kw["optimizer"] = opt
-    stats = train_one_epoch(model, DevicePrefetcher(_Batches(data[:2]), torch.device("cpu")), step=0,
-                            accumulate=2, **kw)
+    stats = train_one_epoch(DevicePrefetcher(_Batches(data[:2]), torch.device("cpu")),
+                            StepRecord(model, accumulate=2, **kw), epoch=1, step=0)
     assert stats.steps == 1
     twin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 3))
     twin.load_state_dict(start)

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from imagenet_shards.train.trainer import checkpoint as ckpt
+from imagenet_shards.train.trainer.state import checkpoint as ckpt
 from tests.fixtures.trainer import TINY, run_cli
 from imagenet_shards.train.trainer.prefetch import (DeviceAugment, DevicePrefetcher, SyntheticBatches, erase_boxes, mix_batch,
                             normalize, random_erase)
 from imagenet_shards.train.trainer.schedule import default_lr, lr_factor, resolution_at
-from imagenet_shards.train.trainer.telemetry import read_metrics
+from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[3]
@@ -193,7 +193,7 @@ def test_checkpoint_crash_after_temp_write_keeps_previous(tmp_path, monkeypatch)
 
 SAVER = textwrap.dedent("""
     import sys, torch
-    from imagenet_shards.train.trainer import checkpoint as ckpt
+    from imagenet_shards.train.trainer.state import checkpoint as ckpt
     i = 0
     while True:
         i += 1

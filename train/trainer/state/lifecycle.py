@@ -32,6 +32,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -39,6 +40,7 @@ from tqdm import tqdm
 
 from imagenet_shards.pipeline.interrupts import MESSAGE, Interrupted, run_cli
 from imagenet_shards.train.trainer.distributed import DistInfo
+from imagenet_shards.train.trainer.state.checkpoint import LATEST
 
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 DEFAULT_AGREE_EVERY = 8
@@ -222,4 +224,19 @@ class RunSignals:
                        message=MESSAGE if resuming else NOT_RESUMING)
 
 
-__all__ = ["Decision", "Lifecycle", "RunSignals", "Stopped", "exit_code", "parse_every"]
+def stop_line(signal_name: str, *, epoch: int, epoch_step: int, steps_per_epoch: int, step: int,
+              cost: dict | None, mid_supported: bool, out: Path) -> str:
+    """The one line a run stopped by a signal prints: where it stopped, what was saved, how to go on."""
+    where = (f"at epoch {epoch + 1}, step {epoch_step} of {steps_per_epoch} (global step {step})" if epoch_step
+             else f"after epoch {epoch} (global step {step})")
+    if cost is not None:
+        saved = f"checkpoint {cost['path']} written ({cost['bytes'] / 2**20:.1f} MiB, {cost['seconds']:.1f} s)"
+    elif epoch_step and not mid_supported:
+        saved = (f"no mid-epoch checkpoint with this loader (--gpu-decode or --synthetic-data): --resume auto "
+                 f"restarts epoch {epoch + 1} from {out / LATEST}")
+    else:
+        saved = f"checkpoint {out / LATEST} is the epoch's"
+    return f"stopped by {signal_name} {where}: {saved}; to continue, run the same command with --resume auto"
+
+
+__all__ = ["Decision", "Lifecycle", "RunSignals", "Stopped", "exit_code", "parse_every", "stop_line"]
