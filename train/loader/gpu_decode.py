@@ -41,7 +41,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.cache import ShardCache
-from imagenet_shards.train.loader.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
+from imagenet_shards.train.augment.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
 from imagenet_shards.train.loader.gpu_streams import CropTimer, StreamOps
 from imagenet_shards.train.loader.position import seed_of
 from imagenet_shards.train.loader.plan import epoch_plan

@@ -22,7 +22,7 @@ import sys
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
-from imagenet_shards.train.loader import augment
+from imagenet_shards.train.augment import policies as augment
 from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS
 from imagenet_shards.train.trainer.schedule import SCHEDULES
 

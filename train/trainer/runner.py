@@ -13,13 +13,14 @@ import contextlib
 import json
 from pathlib import Path
 
+from imagenet_shards.train.augment.device import DeviceAugment
 from imagenet_shards.train.report.verdict import for_run
 from imagenet_shards.train.trainer.build import Parts
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
 from imagenet_shards.train.trainer.distributed import DistInfo, average_buffers, print0
 from imagenet_shards.train.trainer.engine import AMP_DTYPES, EpochStats, StepRecord, evaluate, make_autocast, train_one_epoch
 from imagenet_shards.train.trainer.loss import make_criterion
-from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher
+from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
 from imagenet_shards.train.trainer.real import RealLabelsError
 from imagenet_shards.train.trainer.schedule import run_resolution
 from imagenet_shards.train.trainer.state import checkpoint as ckpt

@@ -1,6 +1,7 @@
 """The parts the published recipes need, each against its definition: BlurPool (FFCV), flip TTA,
 LAMB (timm's behaviour), BCE with RSB's target threshold, EMA every N steps (torchvision), the
-weight-decay rules, ReaL top-1, torchvision's zero-fill erasing, gradient accumulation.
+weight-decay rules, ReaL top-1, gradient accumulation (torchvision's zero-fill erasing:
+tests/train/augment/test_device.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from imagenet_shards.train.trainer.lamb import Lamb
 from imagenet_shards.train.trainer.loss import BinaryCrossEntropy, make_criterion
 from imagenet_shards.train.trainer.model import (BlurPoolConv2d, ModelEma, build_model, build_optimizer, ema_due,
                                                  weight_decay_groups)
-from imagenet_shards.train.trainer.prefetch import DevicePrefetcher, random_erase
+from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
 
 CPU = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -233,16 +234,6 @@ def test_train_one_epoch_updates_the_ema_every_n_steps_and_accumulates():
     torch.nn.functional.cross_entropy(twin(x), y).backward()
     twin_opt.step()
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(model.parameters(), twin.parameters()))
-
-
-# ----------------------------------------------------------------------------- erasing (torchvision's fill)
-
-def test_zero_fill_erasing_writes_zeros_inside_the_boxes_only():
-    x = torch.ones(2, 3, 8, 8)
-    boxes = np.array([[1, 2, 3, 4], [0, 0, 0, 0]])
-    y = random_erase(x, boxes, torch.Generator().manual_seed(0), fill="zero")
-    assert float(y[0, :, 1:4, 2:6].abs().sum()) == 0 and float(y[0].sum()) == 3 * (64 - 12)
-    assert torch.equal(y[1], x[1])
 
 
 # ----------------------------------------------------------------------------- ReaL

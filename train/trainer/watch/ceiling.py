@@ -13,7 +13,8 @@ from pathlib import Path
 
 from imagenet_shards.train.trainer.distributed import DistInfo, print0
 from imagenet_shards.train.trainer.engine import EpochStats, StepRecord, train_one_epoch
-from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher, SyntheticBatches
+from imagenet_shards.train.augment.device import DeviceAugment
+from imagenet_shards.train.trainer.prefetch import DevicePrefetcher, SyntheticBatches
 from imagenet_shards.train.trainer.watch.telemetry import MetricsLog
 
 SYNTHETIC_FILE = "synthetic.json"
