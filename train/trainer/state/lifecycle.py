@@ -38,11 +38,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from imagenet_shards.pipeline.interrupts import MESSAGE, Interrupted, run_cli
+from imagenet_shards.pipeline.interrupts import MESSAGE, RUN_SIGNALS, Interrupted, run_cli
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.state.checkpoint import LATEST
 
-SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 DEFAULT_AGREE_EVERY = 8
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 
@@ -130,13 +129,12 @@ class Lifecycle:
         """Inside (training, its evaluations and checkpoints): a signal only sets the stop flag that
         `after_step` and `at_epoch_end` read. Outside, signals do what the command's own policy says
         (stop at once)."""
-        previous = {name: signal.signal(getattr(signal, name), self._handle) for name in SIGNALS
-                    if hasattr(signal, name)}
+        previous = {signum: signal.signal(signum, self._handle) for signum in RUN_SIGNALS}
         try:
             yield self
         finally:
-            for name, handler in previous.items():
-                signal.signal(getattr(signal, name), handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     @property
     def code(self) -> int:
@@ -207,7 +205,7 @@ class RunSignals:
     """The signal policy of one `train-imagenet` process outside training; `run(body)` runs the
     command under it (`Lifecycle.deferred` takes the signals over while training)."""
 
-    signals = tuple(getattr(signal, name) for name in SIGNALS if hasattr(signal, name))
+    signals = RUN_SIGNALS
 
     def on_signal(self, signum: int) -> None:
         """What a signal does here: stop now."""
