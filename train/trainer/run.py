@@ -130,8 +130,9 @@ def _real_labels(config: TrainConfig, manifest: dict | None):
 
 
 def _loop(run: Run) -> dict:
-    """The epochs: train, then the epoch's end (evaluation, record, checkpoint); the final record.
-    Signals are the lifecycle's from the first step to the final record."""
+    """The epochs: train, then the epoch's end (evaluation, record, checkpoint); then the final
+    record. While the epochs run a signal is the lifecycle's (a checkpoint, then `Stopped`); before
+    and after them, the command's own policy (stop at once)."""
     if run.config.eval_only:
         return run.eval_only()
     result: dict = {}

@@ -133,8 +133,7 @@ def resume_state(config: TrainConfig, num_classes: int,
     out = Path(config.out)
     notes: list[str] = []
     if config.resume == "auto":
-        state, path, notes = pick([out / MID, out / LATEST, out / PREVIOUS],
-                                         lambda p: load_checkpoint(p, mmap=True))
+        state, path, notes = pick([out / MID, out / LATEST, out / PREVIOUS], lambda p: load_checkpoint(p, mmap=True))
         if state is None:
             if notes:
                 raise TrainError(f"--resume auto: no checkpoint in {out} can be loaded: {'; '.join(notes)}")
