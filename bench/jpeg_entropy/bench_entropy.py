@@ -168,6 +168,8 @@ def table(t: dict, ir: dict | None) -> str:
                       f"{_cut(cut_us)} time, {_cut(1 - ir[m]['ir'] / base_ir)} instructions"]
         else:
             cells += ["not run", "not run", f"{_cut(cut_us)} time"]
+        if m == "lib":
+            cells[-1] = "baseline"
         rows.append("| " + " | ".join(cells) + " |")
     free = f"{free_us:.0f} µs" + (f", {free_ir / 1e3:.0f} k instructions" if ir else "")
     rows.append(f"| the rest of the region decode (entropy decoding free) | {free} | | | | |")

@@ -176,26 +176,32 @@ static __attribute__((noinline)) int own_predecode(struct region *r, int streams
     return status;
 }
 
-/* The image through region_start / region_read with MODE's decode_mcu; REGION_* status, -1 when
- * cells.c flagged the data. `stride`, `rows` (or NULL) get the pixels' layout in `pixels`. */
-static int decode_image(const struct record *rec, enum mode mode, size_t *stride_out, int *rows_out) {
+/* crop_to_planes' geometry (jpegcrop_region.c): the crop box to the region the resampler reads and
+ * the cells that must come out exact, then region_start. */
+static int start_region(const struct record *rec, struct region *r) {
     int W, H, comps;
-    if (!jpeg_frame_size(rec->data, rec->size, &W, &H, &comps) || comps != 3)
+    if (!jpeg_frame_size(rec->data, rec->size, &W, &H, &comps) || comps != 3) {
+        memset(r, 0, sizeof(*r));
         return REGION_DECLINED;
+    }
     int num = auto_scale(rec->width, rec->height, OUT_SIZE, OUT_SIZE);
     double f = num / 8.0;
     int Ws = (W * num + 7) / 8, Hs = (H * num + 7) / 8;
     struct axis h, v;
     int ht = axis_taps(rec->left * f, (rec->left + rec->width) * f, OUT_SIZE);
-    int vt = axis_taps(rec->top * f, (rec->top + rec->height) * f, OUT_SIZE);
     size_t hb = axis_bytes(OUT_SIZE, ht);
     axis_plan(&h, rec->left * f, (rec->left + rec->width) * f, Ws, OUT_SIZE, axes_mem);
     axis_plan(&v, rec->top * f, (rec->top + rec->height) * f, Hs, OUT_SIZE, axes_mem + hb);
-    (void)vt;
     int x0 = axis_low(&h), x1 = axis_high(&h), y0 = axis_low(&v), y1 = axis_high(&v);
     int cells[4] = {x0 * 8 / num, y0 * 8 / num, (x1 * 8 + num - 1) / num, (y1 * 8 + num - 1) / num};
+    return region_start(r, rec->data, rec->size, num, cells, x0 - 8, y0, x1 + 8, y1, 0);
+}
+
+/* The image through region_start / region_read with MODE's decode_mcu; REGION_* status, -1 when
+ * cells.c flagged the data. `stride`, `rows` (or NULL) get the pixels' layout in `pixels`. */
+static int decode_image(const struct record *rec, enum mode mode, size_t *stride_out, int *rows_out) {
     struct region r;
-    int status = region_start(&r, rec->data, rec->size, num, cells, x0 - 8, y0, x1 + 8, y1, 0);
+    int status = start_region(rec, &r);
     if (status == REGION_OK) {
         mcu_calls = 0;
         mcu_short = 0;
@@ -337,23 +343,10 @@ static int check(void) {
             if (differ && bad[2 + k] <= 3)
                 fprintf(stderr, "record %d: cells.c (%d streams) differs from libjpeg\n", i, 1 << k);
         }
-        /* cells.c over the whole entry JPEG against jpeg_read_coefficients */
+        /* cells.c over the whole entry JPEG (the same one) against jpeg_read_coefficients */
         {
             struct region r;
-            int W, H, comps;
-            jpeg_frame_size(rec->data, rec->size, &W, &H, &comps);
-            /* the same entry as the region decode: rebuild it through decode_image's geometry */
-            int num = auto_scale(rec->width, rec->height, OUT_SIZE, OUT_SIZE);
-            double f = num / 8.0;
-            int Ws = (W * num + 7) / 8, Hs = (H * num + 7) / 8;
-            struct axis h, v;
-            int ht = axis_taps(rec->left * f, (rec->left + rec->width) * f, OUT_SIZE);
-            size_t hb = axis_bytes(OUT_SIZE, ht);
-            axis_plan(&h, rec->left * f, (rec->left + rec->width) * f, Ws, OUT_SIZE, axes_mem);
-            axis_plan(&v, rec->top * f, (rec->top + rec->height) * f, Hs, OUT_SIZE, axes_mem + hb);
-            int x0 = axis_low(&h), x1 = axis_high(&h), y0 = axis_low(&v), y1 = axis_high(&v);
-            int cells[4] = {x0 * 8 / num, y0 * 8 / num, (x1 * 8 + num - 1) / num, (y1 * 8 + num - 1) / num};
-            if (region_start(&r, rec->data, rec->size, num, cells, x0 - 8, y0, x1 + 8, y1, 0) == REGION_OK &&
+            if (start_region(rec, &r) == REGION_OK &&
                 r.entry != NULL) {
                 entries++;
                 for (int k = 0; k < 3; k++)
