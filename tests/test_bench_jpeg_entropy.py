@@ -1,5 +1,6 @@
 """Issue 34's prototype (bench/jpeg_entropy/): its decoders write exactly libjpeg's coefficients and
-pixels on stored JPEGs. Slow (a synthetic set, prepare-shards, a C build); the prototype is no product code."""
+pixels on stored JPEGs, and let no damaged image through that libjpeg rejects. Slow (a synthetic
+set, prepare-shards, C builds); the prototype is no product code."""
 
 from __future__ import annotations
 
@@ -23,17 +24,37 @@ def _bench():
     return module
 
 
-def test_every_mode_gives_libjpegs_coefficients_and_pixels(tmp_path):
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """(the bench module, its work folder, the corpus of 20 stored JPEGs with the loader's crops)."""
     if shutil.which("cc") is None or not Path("/usr/include/jpeglib.h").exists():
         pytest.skip("needs cc and the libjpeg-turbo headers (apt-get install gcc libjpeg-dev)")
     pytest.importorskip("imagenet_shards.train.loader._jpegcrop")
-    b = _bench()
-    shards = b.make_data(tmp_path, images=20, seed=3, say=lambda msg: None)
-    summary = b.write_corpus(shards, tmp_path / "corpus.bin", seed=0)
-    exe = b.build(tmp_path)
-    run = subprocess.run([str(exe), str(tmp_path / "corpus.bin"), "check"], capture_output=True, text=True)
+    b, work = _bench(), tmp_path_factory.mktemp("jpeg_entropy")
+    shards = b.make_data(work, images=20, seed=3, say=lambda msg: None)
+    assert b.write_corpus(shards, work / "corpus.bin", seed=0)["images"] == 20
+    return b, work, work / "corpus.bin"
+
+
+def test_every_mode_gives_libjpegs_coefficients_and_pixels(corpus):
+    b, work, path = corpus
+    run = subprocess.run([str(b.build(work)), str(path), "check"], capture_output=True, text=True)
     result = json.loads(run.stdout)
     assert run.returncode == 0, (result, run.stderr)
-    assert result["images"] == summary["images"] == 20
+    assert result["images"] == 20
     assert result["entries"] > 0  # most crops enter at the restart markers; those are compared in full too
     assert result["mcus_own"] >= result["mcus_lib"] > 0
+
+
+def test_damaged_cells_are_rejected_wherever_libjpeg_rejects_them(corpus, tmp_path):
+    """Bit flips in the entropy-coded data: built with AddressSanitizer and UBSan, no mode faults
+    (flip_probe raises), and none lets through an image libjpeg rejects."""
+    b, work, path = corpus
+    probe_c = tmp_path / "probe.c"
+    probe_c.write_text("int main(void) { return 0; }\n")
+    if subprocess.run(["cc", "-fsanitize=address,undefined", "-o", str(tmp_path / "probe"), str(probe_c)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("the C compiler cannot build with AddressSanitizer and UBSan here")
+    probe = b.flip_probe(work, path, flips=8, seed=0)
+    assert probe["lib"]["rejected"] > 0
+    assert all(r["missed"] == [] for r in probe.values()), probe

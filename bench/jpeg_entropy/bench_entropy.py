@@ -2,6 +2,7 @@
 libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code).
 
     python bench/jpeg_entropy/bench_entropy.py WORK [--images 300] [--rounds 5] [--seed 0] [--no-callgrind]
+                                               [--flips 8] [--json]
 
 1. **data** (WORK/src, WORK/shards, reused while the arguments match): bench/benchmarks.py's
    ``make_data``: ``make-synthetic-imagenet --imagenet-like --no-quirks`` (10 classes, ``images / 10``
@@ -17,9 +18,12 @@ libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code).
    ``jpeg_read_coefficients``', and the region's pixels are byte-identical in every mode; a
    difference fails the run (exit 1) before anything is timed;
 5. **timing**: each mode over the whole corpus, modes taking turns, ``--rounds`` times; the median
-   round, microseconds per image (wall clock of one thread: noisy on a shared box, say so);
+   round, microseconds per image (this thread's CPU time: still noisy on a shared box, say so);
 6. **instructions**: one round of each mode under ``valgrind --tool=callgrind`` (collecting only
-   inside ``run_images``; cells.c's part from ``own_predecode``'s inclusive count).
+   inside ``run_images``; cells.c's part from ``own_predecode``'s inclusive count);
+7. **damaged data** (``--flips N``, 0: skipped): N random bit flips in each image's entropy-coded
+   data, every mode built with AddressSanitizer and UBSan (a fault stops the run); which images each
+   mode rejects, against libjpeg's. A probe, not a fuzzer.
 
 Prints a markdown table (the one docs/loader.md carries) and, with ``--json``, the figures.
 """
@@ -31,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import statistics
@@ -58,18 +63,18 @@ def _find(name: str) -> Path:
     return hits[0]
 
 
-def build(work: Path) -> Path:
-    """WORK/entropy_bench, compiled from this folder and the loader's C files."""
+def build(work: Path, *, name: str = "entropy_bench", flags: tuple[str, ...] = ("-O2",)) -> Path:
+    """WORK/NAME, compiled with ``flags`` from this folder and the loader's C files."""
     loader = [_find(n) for n in LOADER_SOURCES]
     includes = sorted({p.parent for p in loader} | {_find("jpeg_warnings.h").parent})
-    exe = work / "entropy_bench"
-    cmd = ["cc", "-O2", "-std=gnu11", "-o", str(exe), str(HERE / "entropy_bench.c"), str(HERE / "cells.c"),
-           *map(str, loader), "-I", str(HERE), "-I", str(HERE / "vendor")] + [f"-I{d}" for d in includes]
+    exe = work / name
     # the vendored file needs libjpeg's private headers, which it finds beside it (vendor/) only
-    obj = work / "jdhuff_patched.o"
-    subprocess.run(["cc", "-O2", "-c", "-I", str(HERE / "vendor"), "-o", str(obj),
+    obj = work / f"{name}.jdhuff_patched.o"
+    subprocess.run(["cc", *flags, "-c", "-I", str(HERE / "vendor"), "-o", str(obj),
                     str(HERE / "vendor" / "jdhuff_patched.c")], check=True)
-    subprocess.run(cmd + [str(obj), "-ljpeg", "-lm"], check=True)
+    subprocess.run(["cc", *flags, "-std=gnu11", "-o", str(exe), str(HERE / "entropy_bench.c"), str(HERE / "cells.c"),
+                    *map(str, loader), "-I", str(HERE), "-I", str(HERE / "vendor"), *[f"-I{d}" for d in includes],
+                    str(obj), "-ljpeg", "-lm"], check=True)
     return exe
 
 
@@ -104,6 +109,34 @@ def write_corpus(shards: Path, path: Path, *, seed: int) -> dict:
             "mean_crop_area": statistics.mean(area)}
 
 
+def flip_probe(work: Path, corpus: Path, *, flips: int, seed: int) -> dict:
+    """``flips`` random bit flips in the entropy-coded data of every image (seeded), each mode run
+    over them built with AddressSanitizer and UBSan: per mode the images it rejects, and against
+    libjpeg's (a) the ones it lets through that libjpeg rejects (``missed``) and the other way round."""
+    data = corpus.read_bytes()
+    count, at, out, rng = struct.unpack("<I", data[4:8])[0], 8, [], random.Random(seed)
+    for _ in range(count):
+        size = struct.unpack("<I", data[at:at + 4])[0]
+        head, jpg = data[at:at + 36], bytearray(data[at + 36:at + 36 + size])
+        at += 36 + size
+        sos = jpg.index(b"\xff\xda")
+        start = sos + 2 + (jpg[sos + 2] << 8 | jpg[sos + 3])
+        for _ in range(flips):
+            jpg[rng.randrange(start, len(jpg) - 2)] ^= 1 << rng.randrange(8)
+        out.append(head + bytes(jpg))
+    damaged = work / "flipped.bin"
+    damaged.write_bytes(b"JEC1" + struct.pack("<I", count) + b"".join(out))
+    exe = build(work, name="entropy_bench_asan", flags=("-O1", "-g", "-fsanitize=address,undefined",
+                                                        "-fno-sanitize-recover=undefined"))
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+    run = subprocess.run([str(exe), str(damaged), "flags"], capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        raise SystemExit(f"error: a sanitizer stopped the bench on damaged data:\n{run.stderr[-3000:]}")
+    rejected = {m: set(v) for m, v in _json_lines(run.stdout)[0].items()}
+    return {m: {"rejected": len(r), "missed": sorted(rejected["lib"] - r), "extra": sorted(r - rejected["lib"])}
+            for m, r in rejected.items()}
+
+
 def _json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
@@ -124,7 +157,8 @@ def timing(exe: Path, corpus: Path, *, rounds: int) -> dict:
         own = [r["own_us"] for r in rows]
         out[m] = {"region_us": statistics.median(region), "region_min": min(region), "region_max": max(region),
                   "own_us": statistics.median(own), "mcus": rows[0]["mcus"], "own_mcus": rows[0]["own_mcus"],
-                  "images": rows[0]["images"]}
+                  "images": rows[0]["images"], "fast_tries": rows[0]["fast_tries"],
+                  "fast_failures": rows[0]["fast_failures"]}
     return out
 
 
@@ -183,6 +217,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0, help="data seed; also the epoch seed of the crops")
     p.add_argument("--no-callgrind", action="store_true")
+    p.add_argument("--flips", type=int, default=8, help="bit flips per image for the damaged-data probe (0: none)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if shutil.which("cc") is None or (not args.no_callgrind and shutil.which("valgrind") is None):
@@ -204,8 +239,11 @@ def main(argv=None) -> int:
     say("timing")
     t = timing(exe, corpus, rounds=args.rounds)
     ir = None if args.no_callgrind else instructions(exe, corpus, args.work, images=summary["images"])
+    say("damaged-data probe")
+    probe = flip_probe(args.work, corpus, flips=args.flips, seed=args.seed) if args.flips > 0 else None
     if args.json:
-        print(json.dumps({"corpus": summary, "check": checked, "timing": t, "instructions": ir}, indent=1))
+        print(json.dumps({"corpus": summary, "check": checked, "timing": t, "instructions": ir, "probe": probe},
+                         indent=1))
         return 0
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else ""
@@ -217,6 +255,14 @@ def main(argv=None) -> int:
           f"of the image on average; all modes equal to libjpeg on every image "
           f"({checked['images']} region decodes, {checked['entries']} entry JPEGs in full).\n")
     print(table(t, ir))
+    p = t["patched"]
+    print(f"\nThe patched fast path ran for {p['fast_tries'] / p['mcus']:.0%} of the MCUs and gave "
+          f"{p['fast_failures'] / max(1, p['fast_tries']):.0%} of those back to the slow path.")
+    if probe:
+        print(f"\nDamaged data ({args.flips} random bit flips in each image's entropy-coded data; built with "
+              f"AddressSanitizer and UBSan, no fault): images rejected, "
+              + "; ".join(f"{m} {r['rejected']} (missed {len(r['missed'])}, extra {len(r['extra'])})"
+                          for m, r in probe.items()) + " — missed and extra against (a).")
     return 0
 
 

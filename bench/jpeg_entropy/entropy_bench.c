@@ -3,6 +3,7 @@
  *
  *   entropy_bench CORPUS MODE REPS     time MODE over every record, REPS times: one JSON line each
  *   entropy_bench CORPUS check         coefficients and pixels of every mode against libjpeg's
+ *   entropy_bench CORPUS flags         per mode, the records it rejects (damaged data: the probe)
  *
  * CORPUS (bench_entropy.py writes it): "JEC1", u32 count, then per record u32 size, 4 f64 (the crop
  * box top, left, height, width in original pixels, drawn by the loader's own sampler), the JPEG.
@@ -41,6 +42,7 @@
 #define OUT_SIZE 224
 
 extern boolean patched_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+extern long patched_fast_tries, patched_fast_failures;
 
 struct record {
     const unsigned char *data;
@@ -366,9 +368,30 @@ static int check(void) {
                : 0;
 }
 
+static const char *names[] = {"lib", "patched", "own1", "own2", "own4"};
+
+/* ---- flags: which records each mode rejects (a status other than REGION_OK) ---- */
+static int flags(void) {
+    printf("{");
+    for (int m = 0; m < 5; m++) {
+        printf("%s\"%s\": [", m ? ", " : "", names[m]);
+        int first = 1;
+        for (int i = 0; i < n_records; i++) {
+            int status = decode_image(&records[i], (enum mode)m, NULL, NULL);
+            if (status != REGION_OK || mcu_short != 0) {
+                printf(first ? "%d" : ", %d", i);
+                first = 0;
+            }
+        }
+        printf("]");
+    }
+    printf("}\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: entropy_bench CORPUS lib|patched|own1|own2|own4 REPS | entropy_bench CORPUS check\n");
+        fprintf(stderr, "usage: entropy_bench CORPUS lib|patched|own1|own2|own4 REPS | entropy_bench CORPUS check|flags\n");
         return 2;
     }
     if (!load_corpus(argv[1])) {
@@ -379,7 +402,8 @@ int main(int argc, char **argv) {
     pixels = malloc(8u << 20);
     if (strcmp(argv[2], "check") == 0)
         return check();
-    static const char *names[] = {"lib", "patched", "own1", "own2", "own4"};
+    if (strcmp(argv[2], "flags") == 0)
+        return flags();
     int mode = -1;
     for (int m = 0; m < 5; m++)
         if (strcmp(argv[2], names[m]) == 0)
@@ -395,10 +419,12 @@ int main(int argc, char **argv) {
         int failed = 0;
         own_us_total = 0;
         own_mcus_total = 0;
+        patched_fast_tries = patched_fast_failures = 0;
         run_images((enum mode)mode, &region, &mcus, &failed);
         printf("{\"mode\": \"%s\", \"images\": %d, \"region_us\": %.2f, \"own_us\": %.2f, \"mcus\": %ld, "
-               "\"own_mcus\": %ld, \"failed\": %d}\n",
-               names[mode], n_records, region / n_records, own_us_total / n_records, mcus, own_mcus_total, failed);
+               "\"own_mcus\": %ld, \"failed\": %d, \"fast_tries\": %ld, \"fast_failures\": %ld}\n",
+               names[mode], n_records, region / n_records, own_us_total / n_records, mcus, own_mcus_total, failed,
+               patched_fast_tries, patched_fast_failures);
         fflush(stdout);
     }
     return 0;

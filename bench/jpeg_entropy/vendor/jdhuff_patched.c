@@ -27,7 +27,8 @@
  * jpeg_start_decompress and works on the library's entropy object, whose layout is the same).
  * Changes, each marked PATCHED: decode_mcu lets the fast path run when there are restart markers;
  * decode_mcu_fast no longer gives up on an MCU whose bit-buffer refill reached the marker, unless
- * the MCU consumed the zero bits appended past it (then the slow path redoes it, as before).
+ * the MCU consumed the zero bits appended past it (then the slow path redoes it, as before);
+ * two counters of how often the fast path ran and gave up.
  * Global functions renamed (patched_*) so they do not interpose the library's own.
  */
 
@@ -598,6 +599,9 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 
 #define BUFSIZE  (DCTSIZE2 * 8)
 
+/* PATCHED: how often the fast path ran, and gave the MCU back to the slow path (for the bench) */
+long patched_fast_tries, patched_fast_failures;
+
 GLOBAL(boolean)
 patched_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 {
@@ -622,7 +626,8 @@ patched_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
   if (!entropy->pub.insufficient_data) {
 
     if (usefast) {
-      if (!decode_mcu_fast(cinfo, MCU_data)) goto use_slow;
+      patched_fast_tries++;  /* PATCHED: counted for the bench */
+      if (!decode_mcu_fast(cinfo, MCU_data)) { patched_fast_failures++; goto use_slow; }
     } else {
 use_slow:
       if (!decode_mcu_slow(cinfo, MCU_data)) return FALSE;
