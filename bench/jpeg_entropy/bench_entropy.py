@@ -55,18 +55,30 @@ LABELS = {"lib": "(a) libjpeg-turbo 2.1.5 as today (decode_mcu_slow, every MCU)"
 LOADER_SOURCES = ("jpegcrop_entry.c", "jpegcrop_region.c", "jpegcrop_resample.c")
 
 
+def _find_all(name: str) -> list[Path]:
+    """The files called ``name`` in the repository, outside hidden and temporary folders, the virtual
+    environment, build/, bench/ and tests/."""
+    skip = {".venv", "bench", "tests", "build", "node_modules", "tmp-data"}
+    hits = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders if not d.startswith((".", "tmp")) and d not in skip]
+        hits += [Path(folder) / name] if name in files else []
+    return sorted(hits)
+
+
 def _find(name: str) -> Path:
-    """The one file called ``name`` in the repository's train/ and pipeline/ trees (helpers move them)."""
-    hits = sorted(p for top in ("train", "pipeline") for p in (ROOT / top).rglob(name))
+    """The one file called ``name`` in the repository, wherever the C sources live at the time."""
+    hits = _find_all(name)
     if len(hits) != 1:
-        raise SystemExit(f"error: expected one {name} under train/ or pipeline/, found {len(hits)}")
+        raise SystemExit(f"error: expected one {name} in the repository, found {len(hits)}: {hits}")
     return hits[0]
 
 
 def build(work: Path, *, name: str = "entropy_bench", flags: tuple[str, ...] = ("-O2",)) -> Path:
     """WORK/NAME, compiled with ``flags`` from this folder and the loader's C files."""
     loader = [_find(n) for n in LOADER_SOURCES]
-    includes = sorted({p.parent for p in loader} | {_find("jpeg_warnings.h").parent})
+    # the headers they include: beside them, or (main's layout) pipeline/format/jpeg_warnings.h
+    includes = sorted({p.parent for p in loader} | {p.parent for p in _find_all("jpeg_warnings.h")})
     exe = work / name
     # the vendored file needs libjpeg's private headers, which it finds beside it (vendor/) only
     obj = work / f"{name}.jdhuff_patched.o"

@@ -41,6 +41,11 @@
 #include "jdhuff.h"             /* Declarations shared with jdphuff.c */
 #include "jpegcomp.h"
 
+/* PATCHED: this file works on the library's own entropy object, so the layouts must be 2.1.5's */
+#if !defined(LIBJPEG_TURBO_VERSION_NUMBER) || LIBJPEG_TURBO_VERSION_NUMBER / 1000 != 2001
+#error "vendor/jdhuff_patched.c is libjpeg-turbo 2.1.x's; the system libjpeg-turbo is another version"
+#endif
+
 
 /*
  * Expanded entropy decoder object for Huffman decoding.
