@@ -138,8 +138,11 @@ def flip_probe(work: Path, corpus: Path, *, flips: int, seed: int) -> dict:
         out.append(head + bytes(jpg))
     damaged = work / "flipped.bin"
     damaged.write_bytes(b"JEC1" + struct.pack("<I", count) + b"".join(out))
-    exe = build(work, name="entropy_bench_asan", flags=("-O1", "-g", "-fsanitize=address,undefined",
-                                                        "-fno-sanitize-recover=undefined"))
+    try:
+        exe = build(work, name="entropy_bench_asan", flags=("-O1", "-g", "-fsanitize=address,undefined",
+                                                            "-fno-sanitize-recover=undefined"))
+    except subprocess.CalledProcessError:
+        return {"not run": "the C compiler cannot build with AddressSanitizer and UBSan here"}
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
     run = subprocess.run([str(exe), str(damaged), "flags"], capture_output=True, text=True, env=env)
     if run.returncode != 0:
@@ -270,7 +273,9 @@ def main(argv=None) -> int:
     p = t["patched"]
     print(f"\nThe patched fast path ran for {p['fast_tries'] / p['mcus']:.0%} of the MCUs and gave "
           f"{p['fast_failures'] / max(1, p['fast_tries']):.0%} of those back to the slow path.")
-    if probe:
+    if probe and "not run" in probe:
+        print(f"\nDamaged-data probe not run: {probe['not run']}.")
+    elif probe:
         print(f"\nDamaged data ({args.flips} random bit flips in each image's entropy-coded data; built with "
               f"AddressSanitizer and UBSan, no fault): images rejected, "
               + "; ".join(f"{m} {r['rejected']} (missed {len(r['missed'])}, extra {len(r['extra'])})"
