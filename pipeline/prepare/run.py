@@ -25,7 +25,8 @@ from imagenet_shards.pipeline.format.classes import wnid_names
 from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, is_imagenet_1k, label_space, present_space
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
-from imagenet_shards.pipeline.prepare.finalize import PrepareError, finalize, summarize
+from imagenet_shards.pipeline.prepare.errors import PrepareError
+from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
 from imagenet_shards.pipeline.prepare.parts import job_id, parse_part, part_state_rel, state_differences
