@@ -125,8 +125,7 @@ class OnePassReader:
         kind = sequential_kind(split, src)
         if kind is None:
             return None
-        space = getattr(self.config.label_space, "wnids", None)
-        space = None if space is None else frozenset(space)
+        space = self.config.space_wnids
         keep = (lambda w: True) if split == "test" else (lambda w: w is not None and (space is None or w in space))
         idx, self.stored[split] = index_and_process(kind, src, split, self.config.policy(),
                                                     os.path.join(self.folder, f"onepass-{split}.bin"), keep=keep,

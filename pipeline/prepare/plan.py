@@ -305,8 +305,8 @@ def plan_splits(config: Config, members: dict, classes: list[str], *, holdout: C
     if config.subset:
         select = {s: partial(select_members, s, kept=kept, seed=config.seed, per_class=config.per_class,
                              fraction=config.fraction, train_list=config.train_list) for s in members}
-    space = frozenset(classes) if getattr(config.label_space, "wnids", None) is not None else None
-    dataset = getattr(config.label_space, "dataset", DEFAULT_DATASET)
+    space = config.space_wnids  # `classes` are its WNIDs here: `run` resolved it
+    dataset = config.label_space.dataset if space is not None else DEFAULT_DATASET
     wnid_to_label = {w: i for i, w in enumerate(classes)}
     common = dict(seed=config.seed, shard_samples=config.shard_samples, shard_bytes=config.shard_bytes,
                   label_1k=label_1k, space=space, dataset=dataset, select_whole=config.train_list is not None)
