@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", metavar="NAME",
                    help="compare with a known dataset: imagenet-1k (class table, totals and class counts), or a "
                         "label space (imagenet-22k, imagenet-12k, imagenet-21k-goog, imagenet-21k-miil, "
-                        "imagenet-21k-miil-w21: the class table is the space's, so every .cls is its WNID's index)")
+                        "imagenet-21k-miil-w21: the class table is the space's, so every .cls is its WNID's index); "
+                        "default: the label space the manifest records, its class table only (imagenet-1k's counts "
+                        "are checked only when named)")
     p.add_argument("--quiet", action="store_true", help="no progress bar; print only problems and the result")
     storage.add_storage_option(p)
     return p
