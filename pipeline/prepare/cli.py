@@ -101,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "imagenet-21k-miil, imagenet-21k-miil-w21, present (the sources' WNIDs, sorted), or a FILE "
                           "of WNIDs, one a line, in label order; images of other classes are left out and counted "
                           "(excluded_by_label_space). Default: the sources' sorted WNIDs for the ILSVRC2012 archives "
-                          "(= imagenet-1k), imagenet-22k for a full release (fall11, winter21)")
+                          "(= imagenet-1k), imagenet-22k for a full release (fall11, winter21; a WNID outside it "
+                          "is an error, see --skip-unknown-wnids)")
+    lab.add_argument("--skip-unknown-wnids", action="store_true",
+                     help="for a full release (fall11, winter21) without --label-space: leave out the images of "
+                          "WNIDs outside imagenet-22k, each listed in the manifest as skipped (unknown_wnid) "
+                          "(default: such a WNID is an error naming it)")
     lab.add_argument("--holdout-per-class", type=int, metavar="K",
                      help="write a val split of K train images per class (classes with more than K), drawn with "
                           "--seed and recorded; nested for growing K; no image in both (timm's 12k: 40)")
@@ -203,6 +208,9 @@ def format_summary(s: dict) -> str:
                          + (" (held out from train)" if "held_out_from" in v else ""))
             if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
                 lines.append(f"  {split}: " + short_classes_text(v["short_classes"]))
+        if n := s["rejected_by_reason"].get("unknown_wnid"):
+            lines.append(f"  skipped also: {n:,} image{'s' * (n != 1)} of WNIDs outside the label space "
+                         "(--skip-unknown-wnids), each listed in the manifest")
         if s["rejected_by_reason"]:
             lines.append("  rejected/skipped by reason: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_reason"].items())))
@@ -306,7 +314,7 @@ def _main(argv=None) -> int:
                         per_class=args.per_class, fraction=args.fraction, allow_partial_val=args.allow_partial_val,
                         train_list=None if args.train_list is None else read_train_list(args.train_list),
                         label_space=None if args.label_space is None else label_space_option(args.label_space),
-                        holdout_per_class=args.holdout_per_class)
+                        holdout_per_class=args.holdout_per_class, skip_unknown_wnids=args.skip_unknown_wnids)
         storage.apply_storage_options(args.out, args.storage_option)
         if config.restart_markers and not args.quiet:
             from imagenet_shards.pipeline.prepare import images

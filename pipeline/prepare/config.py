@@ -37,7 +37,8 @@ class Config:
     `label_space`: the class list `.cls` indexes, as `format.label_spaces.label_space_option` parsed it
     (once, at the CLI): a `LabelSpace`, or `PRESENT` (the sources' WNIDs, resolved by `run` once they
     are indexed); None: the sources' sorted WNIDs, i.e. ImageNet-1k for the ILSVRC2012 archives, and
-    `imagenet-22k` for a full release (`run` resolves it). `holdout_per_class` K: a val split of K train images per class
+    `imagenet-22k` for a full release (`run` resolves it; a WNID outside it is an error there, unless
+    `skip_unknown_wnids`: then its images are left out, each listed as skipped, `unknown_wnid`). `holdout_per_class` K: a val split of K train images per class
     with more than K (prepare/holdout.py)."""
 
     resize: str = "longer:500"
@@ -56,6 +57,7 @@ class Config:
     allow_partial_val: bool = False  # build val from a source with other images than the devkit lists
     label_space: LabelSpace | str | None = field(default=None, repr=False)  # str: only PRESENT
     holdout_per_class: int | None = None
+    skip_unknown_wnids: bool = False  # a full release's default space: leave other WNIDs' images out, listed
 
     def __post_init__(self):
         check_config(self)
@@ -89,8 +91,9 @@ class Config:
         d["splits"] = list(self.splits)
         for k in ("classes", "per_class", "fraction", "train_list", "label_space", "holdout_per_class"):
             del d[k]
-        if not self.allow_partial_val:  # recorded only when given: earlier runs' job states stay equal
-            del d["allow_partial_val"]
+        for k in ("allow_partial_val", "skip_unknown_wnids"):  # recorded only when given: earlier runs'
+            if not d[k]:                                       # job states stay equal
+                del d[k]
         if self.subset:
             d["subset"] = self.subset_record()
         # only when set: a run without them records what it recorded before they existed (same bytes)
@@ -149,6 +152,9 @@ def check_config(cfg: Config) -> None:
     if cfg.label_space is not None and cfg.classes is not None:
         raise ConfigError("give --label-space or --classes, not both: --classes relabels to the kept classes, a label "
                           "space keeps its own labels (to keep some classes of a space, give a label-space FILE)")
+    if cfg.skip_unknown_wnids and cfg.classes is not None:  # --label-space: `run` refuses it, before resolving
+        raise ConfigError("--skip-unknown-wnids applies to a full release's default label space; with --classes, "
+                          "images of other classes are left out already (and counted)")
     if cfg.holdout_per_class is not None:
         if not (_is_int(cfg.holdout_per_class) and cfg.holdout_per_class >= 1):
             raise ConfigError(f"--holdout-per-class must be a positive integer, got {cfg.holdout_per_class!r}")

@@ -22,10 +22,11 @@ from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.classes import wnid_names
-from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, is_imagenet_1k, label_space, present_space
+from imagenet_shards.pipeline.format.label_spaces import (PRESENT, RELEASE_SPACE, LabelSpace, is_full_release,
+                                                          label_space, present_space)
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
-from imagenet_shards.pipeline.prepare.errors import PrepareError
+from imagenet_shards.pipeline.prepare.errors import PrepareError, skip_with_space_error, unknown_wnids_error
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
@@ -138,15 +139,24 @@ def resolve_label_space(config: Config, classes: list[str]) -> tuple[Config, lis
     """(config with its label space resolved, the class list labels index). No --label-space: the
     sources' sorted WNIDs (ImageNet-1k for the ILSVRC2012 archives: the config stays as it was, so
     the bytes do; also under --classes, which relabels, and for WNIDs outside every release), or
-    `imagenet-22k` for sources whose classes are fall11 synsets, not all ImageNet-1k's (a full release);
-    `present`: the sources' WNIDs, recorded. PrepareError if no class of the sources is in the space."""
+    for a full release (`is_full_release`) its published space, `imagenet-22k`: a WNID outside it
+    is a PrepareError naming it, unless `skip_unknown_wnids` (its images are then listed as
+    skipped); `present`: the sources' WNIDs, recorded. PrepareError if no class of the sources is
+    in the space."""
     space = config.label_space
+    if config.skip_unknown_wnids and space is not None:
+        raise skip_with_space_error()
     if space is None:
-        full = label_space("imagenet-22k")
-        # ILSVRC-like, a class subset (--classes relabels among the kept), or WNIDs no release has: as before
-        if is_imagenet_1k(classes) or config.classes is not None or not set(classes) <= set(full.wnids):
+        release = config.classes is None and is_full_release(classes)
+        if config.skip_unknown_wnids and not release:
+            raise PrepareError("--skip-unknown-wnids applies to a full release (fall11, winter21), but these sources' "
+                               f"{len(classes)} classes are not one (e.g. {classes[0]}); leave it out")
+        if not release:  # ILSVRC-like, a class subset (--classes relabels among the kept), WNIDs no release has
             return config, classes
-        space = full
+        space = label_space(RELEASE_SPACE)
+        unknown = sorted(set(classes) - set(space.wnids))
+        if unknown and not config.skip_unknown_wnids:
+            raise unknown_wnids_error(unknown, space.name)
     elif space == PRESENT:
         space = present_space(classes)
     if not set(classes) & set(space.wnids):
@@ -192,6 +202,9 @@ def _open_out(out, state: dict, overwrite: bool) -> None:
         raise PrepareError(f"cannot write to {out.where}: {e.strerror or storage.redact(e)}") from None
 
 
+UNKNOWN_WNID = "unknown_wnid"  # manifest.skipped reason: a full release's image of a WNID outside its space
+
+
 def _entry(split: str, key: str, source: str, reason: str, detail: str) -> dict:
     return {"split": split, "key": key, "source": source, "reason": reason, "detail": detail}
 
@@ -211,6 +224,10 @@ def _split_state(idx: SourceIndex | None, p: SplitPlan, config: Config) -> dict:
     unusable = idx.unusable if idx is not None else []
     for u in unusable:
         (skipped if u.status == "skipped" else rejected).append(_entry(p.split, u.key, u.source, u.reason, u.detail))
+    for m in p.unknown:  # --skip-unknown-wnids: the images of WNIDs outside the release's space
+        skipped.append(_entry(p.split, m.key, m.source, UNKNOWN_WNID,
+                              f"WNID {m.wnid} is not in {config.label_space.name}, the label space; left out "
+                              "(--skip-unknown-wnids)"))
     order = lambda x: (x["key"], x["source"])  # noqa: E731
     state = {"num_shards": len(p.shards), "images_in": p.images_in + len(unusable),
              "plan_rejected": sorted(rejected, key=order)}
@@ -239,6 +256,8 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, tes
     folder; default a temp folder, removed at the end) and uploaded from there. If the job fails
     before any shard is recorded, an OUT it created is removed again."""
     t0 = time.monotonic()
+    if config.skip_unknown_wnids and config.label_space is not None:  # before OUT is made or a source read
+        raise skip_with_space_error()
     try:
         outdir = open_outdir(out, staging=staging, verify=verify_existing)
     except ValueError as e:
