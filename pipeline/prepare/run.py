@@ -30,7 +30,8 @@ from imagenet_shards.pipeline.prepare.errors import PrepareError, skip_with_spac
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
-from imagenet_shards.pipeline.prepare.parts import job_id, parse_part, part_state_rel, state_differences
+from imagenet_shards.pipeline.prepare.parts import (PARTS_RECORD, check_part_count, job_id, parse_part, part_state_rel,
+                                                    state_differences)
 from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_splits
 from imagenet_shards.pipeline.prepare.onepass import one_pass_reader
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex,
@@ -328,6 +329,7 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     _open_out(outdir, state, overwrite)
     job = job_id(state)
     if part[1] > 1:  # what this part ran with, for finalize to name what differs if a sibling ran otherwise
+        _claim_part_count(outdir, part)
         outdir.write_json(part_state_rel(part), state)
     sequential = {path: idx.kind for s, idx in indexes.items() if idx.kind in SEQUENTIAL_KINDS
                   and not (onepass and s in onepass.stored) for path in idx.members.files()}
@@ -371,6 +373,21 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
                             "build": round(time.monotonic() - t_plan, 3)}}
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
     return summary, missing
+
+
+def _claim_part_count(outdir, part: tuple[int, int]) -> None:
+    """Record the job's number of parts (the first part does), or PrepareError if this part names another."""
+    try:
+        recorded = outdir.read_json(PARTS_RECORD)
+    except (FileNotFoundError, NotADirectoryError):
+        recorded = None
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"cannot read {outdir.where}/{PARTS_RECORD}: {storage.redact(e)}") from None
+    why = check_part_count(recorded, part)
+    if why:
+        raise PrepareError(why)
+    if recorded is None:
+        outdir.write_json(PARTS_RECORD, {"count": part[1]})
 
 
 def _fresh(outdir, overwrite: bool) -> bool:

@@ -4,6 +4,7 @@ bytes of a one-machine run."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,45 @@ def test_a_slurm_array_and_a_dependent_finalize_give_the_one_machine_bytes(slurm
     assert _files(out) == _files(one)
     parts = sorted(p.name for p in (out / "_prepare").glob("part-*.json"))
     assert parts == ["part-0-of-3.json", "part-1-of-3.json", "part-2-of-3.json"]
+
+
+def _prepare_process(args: list[str], env_extra: dict | None = None, drop=()) -> subprocess.CompletedProcess:
+    """prepare-shards as its own process (this checkout's code), with the engine's variables given."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JOB_COMPLETION_INDEX"))
+           and k not in ("RANK", "WORLD_SIZE", *drop)}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_slurm_task_without_its_count_is_told_what_is_missing(full_imagenet, tmp_path):
+    args = ["--train", str(full_imagenet / WINTER21_TGZ), "--splits", "train", "--out", str(tmp_path / "out"),
+            "--workers", "1", "--quiet"]
+    task = {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "2"}
+    for part in (["--part", "auto"], []):  # asked for, or the default inside an array task
+        done = _prepare_process(args + part, task)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "SLURM_ARRAY_TASK_COUNT" in done.stderr, done.stderr
+        assert "no SLURM_ARRAY_TASK_ID" not in done.stderr and "--part auto/N" in done.stderr
+        assert "SLURM_ARRAY_TASK_MAX=2" in done.stderr
+    assert not (tmp_path / "out").exists()
+    assert parse_part("auto/3", task) == (1, 3)  # the count given as auto/N
+
+
+def test_a_part_whose_count_differs_from_the_jobs_is_refused_naming_both(full_imagenet, tmp_path):
+    out = tmp_path / "out"
+    args = ["--train", str(full_imagenet / WINTER21_TGZ), "--splits", "train", "--shard-samples", "5",
+            "--out", str(out), "--workers", "1", "--quiet"]
+    first = _prepare_process(args + ["--part", "0/2"])
+    assert first.returncode == 0, first.stderr
+    assert json.loads((out / "_prepare" / "parts.json").read_text()) == {"count": 2}  # the first part's record
+    records = sorted(p.name for p in (out / "_prepare" / "records").iterdir())
+    second = _prepare_process(args + ["--part", "1/3"])
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    assert "--part 1/3" in second.stderr and "runs in 2 parts" in second.stderr and "not 3" in second.stderr
+    assert sorted(p.name for p in (out / "_prepare" / "records").iterdir()) == records  # it built nothing
+    assert not (out / "_prepare" / "part-1-of-3.json").exists()
+    last = _prepare_process(args + ["--part", "1/2"])  # the right count finishes the job
+    assert last.returncode == 0 and (out / "manifest.json").exists(), last.stderr
