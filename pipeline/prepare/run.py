@@ -176,14 +176,19 @@ def _class_table(classes: list[str], label_1k: dict[str, int | None] | None = No
     return table
 
 
+def _read_job_file(out, rel: str) -> dict | None:
+    """The JSON at OUT/rel (the job state, the parts record), None if it is not there yet."""
+    try:
+        return out.read_json(rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"cannot read {out.where}/{rel}: {storage.redact(e)}") from None
+
+
 def _open_out(out, state: dict, overwrite: bool) -> None:
     """Create OUT (or check it belongs to this exact job), refusing a different config unless overwrite."""
-    try:
-        old = out.read_json(STATE)
-    except (FileNotFoundError, NotADirectoryError):
-        old = None
-    except (OSError, ValueError) as e:
-        raise PrepareError(f"cannot read {out.where}/{STATE}: {storage.redact(e)}") from None
+    old = _read_job_file(out, STATE)
     try:
         if old is not None and old != state:
             if not overwrite:
@@ -377,12 +382,7 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
 
 def _claim_part_count(outdir, part: tuple[int, int]) -> None:
     """Record the job's number of parts (the first part does), or PrepareError if this part names another."""
-    try:
-        recorded = outdir.read_json(PARTS_RECORD)
-    except (FileNotFoundError, NotADirectoryError):
-        recorded = None
-    except (OSError, ValueError) as e:
-        raise PrepareError(f"cannot read {outdir.where}/{PARTS_RECORD}: {storage.redact(e)}") from None
+    recorded = _read_job_file(outdir, PARTS_RECORD)
     why = check_part_count(recorded, part)
     if why:
         raise PrepareError(why)
