@@ -19,7 +19,7 @@ import sys
 import textwrap
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.console import WORKERS_RULE, OneLineParser, worker_count
 from imagenet_shards.pipeline.interrupts import run_cli
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write a val split of K train images per class (classes with more than K), drawn with "
                           "--seed and recorded; nested for growing K; no image in both (timm's 12k: 40)")
     run = p.add_argument_group("running")
-    run.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    run.add_argument("--workers", type=worker_count, default=None, metavar="N",
+                     help=f"worker processes (default: all cores; {WORKERS_RULE})")
     run.add_argument("--part", metavar="I/N|auto", default=None,
                      help="build only part I of N (multi-machine); auto: from the Slurm array "
                           "(SLURM_ARRAY_TASK_ID/COUNT), torchrun (RANK/WORLD_SIZE), or a Kubernetes Indexed Job "
@@ -157,7 +158,8 @@ def build_adopt_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude-bad", action="store_true",
                    help="leave out samples whose image nothing decodes (each recorded in the manifest with its "
                         "reason; audit-shards and the loader pass over them) instead of refusing the set")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--workers", type=worker_count, default=None, metavar="N",
+                   help=f"worker processes (default: all cores; {WORKERS_RULE})")
     storage.add_storage_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print the summary (or the problems found) as one JSON object")
