@@ -11,7 +11,6 @@ classes are known (`plan.plan_splits`): the kept classes, their labels and 1k in
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import time
@@ -22,11 +21,11 @@ from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.classes import wnid_names
-from imagenet_shards.pipeline.format.label_spaces import (PRESENT, RELEASE_SPACE, LabelSpace, is_full_release,
-                                                          label_space, present_space)
+from imagenet_shards.pipeline.format.label_spaces import LabelSpace, label_space
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
-from imagenet_shards.pipeline.prepare.errors import PrepareError, skip_with_space_error, unknown_wnids_error
+from imagenet_shards.pipeline.prepare.errors import PrepareError, skip_with_space_error
+from imagenet_shards.pipeline.prepare.label_space import resolve_label_space
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
@@ -134,36 +133,6 @@ def _present(members) -> list[str]:
     if hasattr(members, "present_wnids"):
         return members.present_wnids()
     return sorted({m.wnid for m in members if m.wnid})
-
-
-def resolve_label_space(config: Config, classes: list[str]) -> tuple[Config, list[str]]:
-    """(config with its label space resolved, the class list labels index). No --label-space: the
-    sources' sorted WNIDs (ImageNet-1k for the ILSVRC2012 archives: the config stays as it was, so
-    the bytes do; also under --classes, which relabels, and for WNIDs outside every release), or
-    for a full release (`is_full_release`) its published space, `imagenet-22k`: a WNID outside it
-    is a PrepareError naming it, unless `skip_unknown_wnids` (its images are then listed as
-    skipped); `present`: the sources' WNIDs, recorded. PrepareError if no class of the sources is
-    in the space."""
-    space = config.label_space
-    if config.skip_unknown_wnids and space is not None:
-        raise skip_with_space_error()
-    if space is None:
-        release = config.classes is None and is_full_release(classes)
-        if config.skip_unknown_wnids and not release:
-            raise PrepareError("--skip-unknown-wnids applies to a full release (fall11, winter21), but these sources' "
-                               f"{len(classes)} classes are not one (e.g. {classes[0]}); leave it out")
-        if not release:  # ILSVRC-like, a class subset (--classes relabels among the kept), WNIDs no release has
-            return config, classes
-        space = label_space(RELEASE_SPACE)
-        unknown = sorted(set(classes) - set(space.wnids))
-        if unknown and not config.skip_unknown_wnids:
-            raise unknown_wnids_error(unknown, space.name)
-    elif space == PRESENT:
-        space = present_space(classes)
-    if not set(classes) & set(space.wnids):
-        raise PrepareError(f"none of the sources' {len(classes)} classes (e.g. {classes[0]}) is in the label space "
-                           f"{space.name} ({space.num_classes} classes); is it the space you meant?")
-    return dataclasses.replace(config, label_space=space), list(space.wnids)
 
 
 def _class_table(classes: list[str], label_1k: dict[str, int | None] | None = None) -> list[dict]:
