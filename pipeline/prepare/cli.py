@@ -200,6 +200,8 @@ def format_summary(s: dict) -> str:
     if s.get("complete"):
         lines.append(f"prepare-shards: {s['samples']:,} samples in {s['shards']} shards "
                      f"({storage.human_bytes(s['bytes'])}) -> {s['out']}")
+        if "label_space" in s:  # .cls = the index in this table (a full release: its published space by default)
+            lines.append(f"  labels: {s['label_space']['name']} ({s['label_space']['num_classes']:,} classes)")
         for split, v in s["splits"].items():
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)"

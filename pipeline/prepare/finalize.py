@@ -96,6 +96,8 @@ def summarize(manifest: dict) -> dict:
             "images_in": t["images_in"],
             "rejected_by_reason": dict(Counter(r["reason"] for r in manifest["rejected"] + manifest["skipped"])),
             "fixed_by_kind": manifest["fixed"]["counts"],
+            **({"label_space": {k: manifest["label_space"][k] for k in ("name", "num_classes")}}
+               if "label_space" in manifest else {}),  # only when recorded: an ILSVRC run's summary is as it was
             "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
                            "skipped": v["num_skipped"], "images_in": v["images_in"],
                            **{k: v[k] for k in (*LEFT_OUT, "held_out_from") if k in v},

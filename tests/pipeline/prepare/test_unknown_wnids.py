@@ -67,10 +67,12 @@ def test_skip_unknown_wnids_lists_their_images_as_skipped(with_unknown, tmp_path
     assert audit_main([str(out), "--workers", "1", "--quiet"]) == 0, capsys.readouterr().out
 
 
-def test_present_labels_the_sources_own_wnids_unknown_included(with_unknown, tmp_path):
+def test_present_labels_the_sources_own_wnids_unknown_included(with_unknown, tmp_path, capsys):
     root, _ = with_unknown
     out = tmp_path / "out"
-    assert _prepare(root / FALL11_TAR, out, "--label-space", "present") == 0
+    assert _prepare(root / FALL11_TAR, out, "--label-space", "present", "--json") == 0
+    summary = json.loads(capsys.readouterr().out)  # the summary names the labelling
+    assert summary["label_space"] == {"name": "present", "num_classes": 9}
     m = json.loads((out / "manifest.json").read_text())
     assert m["label_space"]["name"] == "present" and UNKNOWN_WNID in [c["wnid"] for c in m["classes"]]
     assert UNKNOWN_WNID in _sample_wnids(out)
