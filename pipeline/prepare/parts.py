@@ -101,7 +101,8 @@ def check_part_count(recorded: dict | None, part: tuple[int, int]) -> str | None
     n = recorded.get("count")
     return (f"--part {part[0]}/{part[1]}: this OUT's job runs in {n} parts (recorded by its first part in "
             f"{PARTS_RECORD}), not {part[1]}: with two counts some shards belong to no part; give --part I/{n} "
-            "(or run without --part to build what is left), or --overwrite to start the job again")
+            f"(or run without --part to build what is left); to split it another way, remove {PARTS_RECORD} "
+            "once no part of the job runs")
 
 
 def job_id(state: dict) -> str:

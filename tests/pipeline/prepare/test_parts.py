@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagenet_shards.pipeline.prepare.parts import PartError, parse_part
-from imagenet_shards.pipeline.tools.synthetic.full_imagenet import WINTER21_TGZ
+from imagenet_shards.pipeline.tools.synthetic.full_imagenet import FALL11_TAR, WINTER21_TGZ
 
 
 def test_part_auto_reads_the_engine_that_started_the_process():
@@ -100,3 +100,19 @@ def test_a_part_whose_count_differs_from_the_jobs_is_refused_naming_both(full_im
     assert not (out / "_prepare" / "part-1-of-3.json").exists()
     last = _prepare_process(args + ["--part", "1/2"])  # the right count finishes the job
     assert last.returncode == 0 and (out / "manifest.json").exists(), last.stderr
+
+
+def test_the_recorded_count_can_be_removed_to_split_the_job_another_way(full_imagenet, tmp_path):
+    out = tmp_path / "out"
+    args = ["--train", str(full_imagenet / FALL11_TAR), "--splits", "train", "--shard-samples", "5",
+            "--out", str(out), "--workers", "1", "--quiet"]
+    assert _prepare_process(args + ["--part", "0/2"]).returncode == 0
+    refused = _prepare_process(args + ["--part", "1/3"])
+    assert refused.returncode == 2 and "remove _prepare/parts.json" in refused.stderr, refused.stderr
+    (out / "_prepare" / "parts.json").unlink()  # as the message says
+    for part in ("1/3", "2/3"):
+        done = _prepare_process(args + ["--part", part])
+        assert done.returncode == 0, done.stderr
+    assert json.loads((out / "_prepare" / "parts.json").read_text()) == {"count": 3}
+    assert not (out / "manifest.json").exists()  # shard 3 was 1 of 2's, then 0 of 3's: not built yet
+    assert _prepare_process(args).returncode == 0 and (out / "manifest.json").exists()  # without --part: the rest
