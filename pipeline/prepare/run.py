@@ -350,13 +350,16 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
 
 
 def _claim_part_count(outdir, part: tuple[int, int]) -> None:
-    """Record the job's number of parts (the first part does), or PrepareError if this part names another."""
-    recorded = _read_job_file(outdir, PARTS_RECORD)
+    """Record the job's number of parts (the first part to get here does, even among parts started
+    at once), or PrepareError if this part names another."""
+    try:
+        recorded = outdir.claim_json(PARTS_RECORD, {"count": part[1]})
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"cannot record the job's parts in {outdir.where}/{PARTS_RECORD}: "
+                           f"{storage.redact(e)}") from None
     why = check_part_count(recorded, part)
     if why:
         raise PrepareError(why)
-    if recorded is None:
-        outdir.write_json(PARTS_RECORD, {"count": part[1]})
 
 
 def _fresh(outdir, overwrite: bool) -> bool:

@@ -116,3 +116,33 @@ def test_the_recorded_count_can_be_removed_to_split_the_job_another_way(full_ima
     assert json.loads((out / "_prepare" / "parts.json").read_text()) == {"count": 3}
     assert not (out / "manifest.json").exists()  # shard 3 was 1 of 2's, then 0 of 3's: not built yet
     assert _prepare_process(args).returncode == 0 and (out / "manifest.json").exists()  # without --part: the rest
+
+
+def test_parts_started_at_once_with_two_counts_one_is_refused(full_imagenet, tmp_path):
+    """Two real processes into one OUT, 0/2 and 1/3, started together: whichever records the count
+    first runs, the other is refused naming both counts (the record is claimed, not overwritten)."""
+    import os
+
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "--train", str(full_imagenet / FALL11_TAR),
+            "--splits", "train", "--shard-samples", "5", "--out", str(out), "--workers", "1", "--quiet"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")}
+    procs = {part: subprocess.Popen([*args, "--part", part], env=env, stderr=subprocess.PIPE, text=True)
+             for part in ("0/2", "1/3")}
+    codes = {part: (p.wait(timeout=300), p.stderr.read()) for part, p in procs.items()}
+    assert sorted(rc for rc, _ in codes.values()) == [0, 2], codes
+    count = json.loads((out / "_prepare" / "parts.json").read_text())["count"]
+    loser = next(part for part, (rc, _) in codes.items() if rc == 2)
+    assert int(loser.split("/")[1]) != count and f"runs in {count} parts" in codes[loser][1]
+    assert not list((out / "_prepare").glob("*.claim"))
+
+
+@pytest.mark.parametrize("where", ["local", "memory://"])
+def test_a_claim_keeps_the_first_writers_record(tmp_path, where):
+    from imagenet_shards.pipeline.prepare.outdir import open_outdir
+
+    out = open_outdir(str(tmp_path / "o") if where == "local" else f"memory://claims/{tmp_path.name}")
+    if where == "local":
+        out.create()
+    assert out.claim_json("_prepare/parts.json", {"count": 2}) == {"count": 2}
+    assert out.claim_json("_prepare/parts.json", {"count": 3}) == {"count": 2}
