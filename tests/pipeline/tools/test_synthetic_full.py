@@ -65,3 +65,12 @@ def test_unknown_wnids_add_a_class_tar_no_label_space_has(tmp_path):
     assert sum(s["wnid"] == UNKNOWN_WNID for s in expected["samples"]) == 1  # small_per_class images
     with pytest.raises(ValueError, match="that no label space has, got n01440764"):
         generate_full(tmp_path / "h", unknown_wnids=("n01440764",))
+
+
+def test_the_cli_writes_unknown_wnids_with_the_full_layouts_only(tmp_path, capsys):
+    assert main([str(tmp_path / "g"), "--layout", "fall11", "--classes", "8", "--train-per-class", "3",
+                 "--unknown-wnids", UNKNOWN_WNID]) == 0
+    with tarfile.open(tmp_path / "g" / FALL11_TAR) as tar:
+        assert f"{UNKNOWN_WNID}.tar" in tar.getnames()
+    assert main([str(tmp_path / "h"), "--unknown-wnids", UNKNOWN_WNID]) == 2
+    assert "goes with the full-ImageNet layouts" in capsys.readouterr().err
