@@ -242,6 +242,48 @@ def test_readme_names_every_module_where_it_lives():
     assert not wrong, wrong
 
 
+def _pipeline_imports() -> dict[str, set[str]]:
+    """Module of pipeline/ -> the modules of pipeline/ it imports, anywhere in its file (a function's
+    deferred import counts: it is the same arrow, only later)."""
+    import ast
+
+    files = {}
+    for f in (REPO / "pipeline").rglob("*.py"):
+        parts = ("imagenet_shards", "pipeline", *f.relative_to(REPO / "pipeline").with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    edges = {m: set() for m in files}
+    for m, f in files.items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in files or isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+                if isinstance(node, ast.Import):
+                    targets = [n for n in names if n in files]
+                else:  # `from P import sub` names the submodule, `from P import name` the module P
+                    targets = [t for n in names if (t := f"{node.module}.{n}") in files] or [node.module]
+                edges[m].update(t for t in targets if t != m)
+    return edges
+
+
+def test_no_two_pipeline_modules_import_each_other():
+    """README: data flows one way. No import circle among pipeline/'s modules (prepare's finalize and
+    split_checks once met through PrepareError; it has its own module, prepare/errors.py, now)."""
+    edges = _pipeline_imports()
+    circles, seen = [], set()
+
+    def walk(m, path):
+        for t in sorted(edges[m]):
+            if t in path:
+                circles.append(" -> ".join(path[path.index(t):] + [t]))
+            elif t not in seen:
+                walk(t, path + [t])
+        seen.add(m)
+
+    for m in sorted(edges):
+        if m not in seen:
+            walk(m, [m])
+    assert not circles, circles
+
+
 def test_readme_shows_the_line_doctor_prints():
     """The same fields in the same order as `imagenet-shards-doctor --brief` prints (values masked)."""
     def shape(line: str) -> str:
