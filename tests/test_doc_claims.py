@@ -229,7 +229,7 @@ def test_readme_names_every_module_where_it_lives():
             if row is None:
                 wrong.append(f"no row for {top}/{folder.name}/")
                 continue
-            named = set(re.findall(r"`(\w+)(?:\.c|/)?`", row))
+            named = _named(row)
             for f in sorted(folder.rglob("*")):
                 if f.suffix in (".py", ".c") and f.stem not in ("__init__", "__main__") or f.is_dir() and (f / "__init__.py").exists():
                     if f.name != "__pycache__" and f.stem not in named:
@@ -239,7 +239,24 @@ def test_readme_names_every_module_where_it_lives():
     for f in sorted((REPO / "pipeline").glob("*.py")):
         if f.stem != "__init__" and f"pipeline/{f.name}" not in rows:
             wrong.append(f"no row for pipeline/{f.name}")
+    for folder in FOLDERS_NOT_PACKAGES:  # every file and subfolder in them, named
+        row = rows.get(f"{folder}/")
+        if row is None:
+            wrong.append(f"no row for {folder}/")
+            continue
+        here = {f.stem for f in (REPO / folder).iterdir() if f.name != "__pycache__" and ".so" not in f.suffixes}
+        wrong += [f"{folder}/{name} is not named in README's row for {folder}/" for name in sorted(here - _named(row))]
+        wrong += [f"README's row for {folder}/ names `{name}`, which is not there" for name in sorted(_named(row) - here)]
     assert not wrong, wrong
+
+
+# The folders that are not Python packages but a home each: the C sources, the scripts
+FOLDERS_NOT_PACKAGES = ("pipeline/native", "scripts", "scripts/gpu_check")
+
+
+def _named(row: str) -> set[str]:
+    """The file and folder names a README row gives in backticks (`decode`, `_jpegcrop.c`, `gpu_check/`)."""
+    return set(re.findall(r"`(\w+)(?:\.c|\.h|\.sh|/)?`", row))
 
 
 def test_readme_shows_the_line_doctor_prints():

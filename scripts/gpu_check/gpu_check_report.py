@@ -1,4 +1,4 @@
-"""What the GPU check measures from outside a run, and its one table (used by scripts/gpu_check.py).
+"""What the GPU check measures from outside a run, and its one table (used by scripts/gpu_check/gpu_check.py).
 
 - `ProcSampler`: a run's main-process CPU use (utime + stime from /proc/PID/stat), its loader workers'
   CPU (the same, summed over its child processes), peak RSS, the workers' memory (PSS, so shared pages

@@ -1,4 +1,4 @@
-"""The GPU check's data: photo-like JPEGs in ImageFolder trees, then prepare-shards (scripts/gpu_check.py).
+"""The GPU check's data: photo-like JPEGs in ImageFolder trees, then prepare-shards (scripts/gpu_check/gpu_check.py).
 
 Photo-like, not smooth: busy at every scale, ~80-110 KB at 500x375 q90 like ImageNet's average
 (smooth synthetic textures compress to ~24 KB and decode ~1.8x faster per core), 10 % progressive,

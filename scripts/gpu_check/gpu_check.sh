@@ -4,17 +4,17 @@
 # every step, with OUT set also $OUT/gpu_check.json, $OUT/gpu_check.md and $OUT/runs.tar.gz (each
 # run's metrics.jsonl, log, sync counts, rank results): a call cut short returns what it finished.
 #
-#   scripts/gpu_check.sh [--cpu-smoke] [WORKDIR] [-- gpu_check.py options, e.g. --steps ddp,augment_compile]
+#   scripts/gpu_check/gpu_check.sh [--cpu-smoke] [WORKDIR] [-- gpu_check.py options, e.g. --steps ddp,augment_compile]
 #
 # The one device call (docs/training.md, "GPU check"). Here, first:
-#   .venv/bin/python scripts/build_gpu_wheel.py     # -> .gpu/imagenet_shards_gpu_ext-*.whl (~0.3 MB),
+#   .venv/bin/python scripts/gpu_check/build_gpu_wheel.py     # -> .gpu/imagenet_shards_gpu_ext-*.whl (~0.3 MB),
 #                                                   #    /.gpu/ added to .git/info/exclude
 # then, with the device tool:
-#   run(command="scripts/gpu_check.sh", carry=[".gpu"], timeout_s=420)
+#   run(command="scripts/gpu_check/gpu_check.sh", carry=[".gpu"], timeout_s=420)
 # and copy the returned gpu_check.md into docs/benchmarks.md with the date; give the machine back.
 #
-# --cpu-smoke: every step with tiny sizes on the CPU (tests/scripts/test_gpu_check.py runs it).
-# What this wrapper does before scripts/gpu_check.py:
+# --cpu-smoke: every step with tiny sizes on the CPU (tests/scripts/gpu_check/test_gpu_check.py runs it).
+# What this wrapper does before scripts/gpu_check/gpu_check.py:
 #   - if the C extensions are not in the tree for this Python (the GPU machine: Python 3.12, no libjpeg
 #     headers), the carried wheel .gpu/*.whl (abi3, libjpeg-turbo beside each module) is unpacked into
 #     the tree; without one, both are built with cc if jpeglib.h and Python.h are there;
@@ -23,7 +23,7 @@
 # Knob: PYTHON (default python3).
 set -euo pipefail
 export GPU_CHECK_T0=${GPU_CHECK_T0:-$(date +%s.%N)}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPO=$(pwd)
 SMOKE=()
 if [ "${1:-}" = "--cpu-smoke" ]; then SMOKE=(--cpu-smoke); shift; fi
@@ -52,18 +52,18 @@ if ! have_ext train/loader _jpegcrop || ! have_ext pipeline/prepare _jpegtran; t
   INC=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
   SUFFIX=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
   if [ -n "$WHEEL" ]; then
-    "$PYTHON" scripts/build_gpu_wheel.py --unpack "$WHEEL" --into "$REPO" >/dev/null
+    "$PYTHON" scripts/gpu_check/build_gpu_wheel.py --unpack "$WHEEL" --into "$REPO" >/dev/null
     EXT="carried wheel $(basename "$WHEEL") (abi3, libjpeg-turbo beside the modules)"
   elif ! command -v cc >/dev/null; then EXT="none: no carried wheel and no C compiler"
   elif [ ! -f "$INC/Python.h" ]; then EXT="none: no carried wheel and no Python.h"
   elif ! printf '#include <stdio.h>\n#include <jpeglib.h>\n' | cc -E -x c - >/dev/null 2>&1; then
-    EXT="none: no carried wheel and no jpeglib.h (build one here: scripts/build_gpu_wheel.py)"
-  elif cc -O3 -shared -fPIC -I"$INC" train/loader/_jpegcrop.c -ljpeg -o "train/loader/_jpegcrop$SUFFIX" 2>"$W/ext-build.log" \
-    && cc -O3 -shared -fPIC -I"$INC" pipeline/prepare/_jpegtran.c -ljpeg -o "pipeline/prepare/_jpegtran$SUFFIX" \
+    EXT="none: no carried wheel and no jpeglib.h (build one here: scripts/gpu_check/build_gpu_wheel.py)"
+  elif cc -O3 -shared -fPIC -I"$INC" -Ipipeline/native pipeline/native/_jpegcrop.c -ljpeg -o "train/loader/_jpegcrop$SUFFIX" 2>"$W/ext-build.log" \
+    && cc -O3 -shared -fPIC -I"$INC" -Ipipeline/native pipeline/native/_jpegtran.c -ljpeg -o "pipeline/prepare/_jpegtran$SUFFIX" \
       2>>"$W/ext-build.log"; then EXT="built here with cc against the system libjpeg"
   else EXT="none: the build failed ($W/ext-build.log)"
   fi
 fi
 export GPU_CHECK_EXT="$EXT"
 
-exec "$PYTHON" scripts/gpu_check.py ${SMOKE[@]+"${SMOKE[@]}"} --workdir "$W" "$@"
+exec "$PYTHON" scripts/gpu_check/gpu_check.py ${SMOKE[@]+"${SMOKE[@]}"} --workdir "$W" "$@"

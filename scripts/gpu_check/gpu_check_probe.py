@@ -1,12 +1,12 @@
-"""The parts of the GPU check that run inside one Python process with torch (scripts/gpu_check.py
+"""The parts of the GPU check that run inside one Python process with torch (scripts/gpu_check/gpu_check.py
 starts them as child processes, so the check's own process never holds a CUDA context), and the
 machine's description, which needs no torch (`environment`, called in the check's process).
 
-  python scripts/gpu_check_probe.py env --device D         -> JSON: versions, device, decoder, NVML
-  python scripts/gpu_check_probe.py decode DATA --src DIR  -> JSON: the --gpu-decode loader's timing, the
+  python scripts/gpu_check/gpu_check_probe.py env --device D         -> JSON: versions, device, decoder, NVML
+  python scripts/gpu_check/gpu_check_probe.py decode DATA --src DIR  -> JSON: the --gpu-decode loader's timing, the
                                                               JPEG engine's use (NVML), grid vs no grid,
                                                               and the stream-safety probe
-  torchrun ... scripts/gpu_check_probe.py rank OUT [--explain-arch A] -- TRAIN-ARGS
+  torchrun ... scripts/gpu_check/gpu_check_probe.py rank OUT [--explain-arch A] -- TRAIN-ARGS
                                                            -> per rank: train-imagenet TRAIN-ARGS, and
                                                               SyncBatchNorm under torch._dynamo.explain
                                                               without and in the process group;
@@ -44,7 +44,7 @@ def _extension(folder: str, name: str):
     package would import the package, and so torch), or None."""
     import importlib.machinery
     import importlib.util
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:  # this Python's order: its own build before abi3
         path = repo / folder / (name + suffix)
         if path.exists():

@@ -1,4 +1,4 @@
-"""The GPU check's steps that are more than one run (scripts/gpu_check.py runs them in order): the
+"""The GPU check's steps that are more than one run (scripts/gpu_check/gpu_check.py runs them in order): the
 two-rank DDP step and its SyncBatchNorm verdict, the recipe runs, bench-loader, and the figures
 derived from two runs (drift, the compile speedup)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpu_check_report import ProcSampler
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPES = {"recipe_rn50": "ffcv-rn50-16", "recipe_rn18": "ffcv-rn18-16"}
 
 

@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh --cpu-smoke: every step of the GPU check that can run on the CPU, tiny, so the
+"""scripts/gpu_check/gpu_check.sh --cpu-smoke: every step of the GPU check that can run on the CPU, tiny, so the
 first run on a GPU machine does not die on a path, a flag or a missing key; the JSON after every step
 (a real kill mid-check); and the check's own arithmetic (the measurement window against a queue
 model of a loader that is slower than the model, the per-step profile counts)."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "scripts" / "gpu_check"))
 import gpu_check  # noqa: E402
 import gpu_check_report as report  # noqa: E402
 import gpu_check_steps  # noqa: E402
@@ -27,7 +27,7 @@ WINDOW_KEYS = {"epochs", "skip_steps", "steps", "images", "seconds", "img_per_s"
 
 def _smoke(tmp_path, *extra, **popen):
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out")}
-    return ["scripts/gpu_check.sh", "--cpu-smoke", str(tmp_path / "work"), *extra], dict(cwd=REPO, env=env, **popen)
+    return ["scripts/gpu_check/gpu_check.sh", "--cpu-smoke", str(tmp_path / "work"), *extra], dict(cwd=REPO, env=env, **popen)
 
 
 @pytest.mark.timeout(600)
@@ -122,7 +122,7 @@ def test_unknown_steps_and_missing_modules_are_named_at_once(monkeypatch, capsys
 
 def test_required_modules_are_what_the_check_imports():
     """Nothing the check runs imports webdataset or braceexpand; what it requires, it imports."""
-    code = ("import sys; sys.path.insert(0, 'scripts'); import gpu_check, gpu_check_probe, gpu_check_child; "
+    code = ("import sys; sys.path.insert(0, 'scripts/gpu_check'); import gpu_check, gpu_check_probe, gpu_check_child; "
             "import imagenet_shards.train.trainer.cli, imagenet_shards.train.trainer.run, "
             "imagenet_shards.train.bench.run, imagenet_shards.pipeline.prepare.cli, "
             "imagenet_shards.train.loader.gpu_decode; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")

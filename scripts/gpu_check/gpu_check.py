@@ -1,9 +1,9 @@
 """The GPU check of the trainer: one call of at most 6.5 minutes (install included) on one GPU + 16
 cores that settles the open questions about the GPU paths (docs/training.md, "GPU check"). Run it
-through scripts/gpu_check.sh, which puts the carried extensions into the tree and maps the
+through scripts/gpu_check/gpu_check.sh, which puts the carried extensions into the tree and maps the
 `imagenet_shards` namespace onto it.
 
-  python scripts/gpu_check.py [--cpu-smoke] [--workdir DIR] [--out DIR] [--steps a,b,...]
+  python scripts/gpu_check/gpu_check.py [--cpu-smoke] [--workdir DIR] [--out DIR] [--steps a,b,...]
 
 After every step WORKDIR/gpu_check.json and the table (gpu_check.md) are rewritten, and copied to
 --out (default $OUT) with runs.tar.gz (each run's metrics, log and sync counts): a call cut at its
@@ -11,7 +11,7 @@ limit still returns every step it finished, and the one it was in says "running"
 every step that can run on the CPU with tiny sizes (same steps, same JSON keys, "cpu" in the device
 field; --gpu-decode training is "not run on the CPU"). The check's own process never touches CUDA
 (nor imports torch): every measurement runs in a child process forked from a warm server
-(scripts/gpu_check_child.py: train-imagenet, bench-loader, scripts/gpu_check_probe.py, the two DDP
+(scripts/gpu_check/gpu_check_child.py: train-imagenet, bench-loader, scripts/gpu_check/gpu_check_probe.py, the two DDP
 ranks), sampled from /proc for CPU, memory and /dev/shm use. Modules: gpu_check_data (the JPEGs and
 shards), gpu_check_probe (what runs with torch), gpu_check_report (sampling, the window, the table),
 gpu_check_steps (the steps that are more than one run).
@@ -37,7 +37,7 @@ from gpu_check_probe import environment  # noqa: E402
 from gpu_check_report import ProcSampler, cores_between, profile_steady, table, window  # noqa: E402
 from gpu_check_steps import RECIPES, bench_step, compiled, ddp_step, drift, recipe_step  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REQUIRED_MODULES = ("torch", "torchvision", "numpy", "PIL", "tqdm")  # what the check and its children import
 # The steps in order, each with its cap in seconds on the GPU machine (16 cores, one H200): the
 # whole call, wheel unpacking included, is budgeted to BUDGET_S; a step gets min(cap, time left) and
