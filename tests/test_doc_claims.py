@@ -250,13 +250,39 @@ def test_readme_names_every_module_where_it_lives():
     assert not wrong, wrong
 
 
-# The folders that are not Python packages but a home each: the C sources, the scripts
-FOLDERS_NOT_PACKAGES = ("pipeline/native", "scripts", "scripts/gpu_check")
+# The folders that are not Python packages but a home each: the C sources, the benchmarks, the scripts
+FOLDERS_NOT_PACKAGES = ("pipeline/native", "bench", "scripts", "scripts/gpu_check")
 
 
 def _named(row: str) -> set[str]:
     """The file and folder names a README row gives in backticks (`decode`, `_jpegcrop.c`, `gpu_check/`)."""
     return set(re.findall(r"`(\w+)(?:\.c|\.h|\.sh|/)?`", row))
+
+
+def test_bench_loader_package_holds_only_what_bench_loader_runs():
+    """train/bench/ is the installed bench-loader: each module in it is imported (through the package
+    or, in a peer's environment, by path) from its CLI or is a peer script the CLI starts; every other
+    benchmark lives in bench/."""
+    import ast
+
+    from imagenet_shards.train.bench.peers import PEERS
+    folder = REPO / "train" / "bench"
+    modules = {f.stem for f in folder.glob("*.py")} - {"__init__"}
+    reached, todo = set(), ["run", *(p.script.stem for p in PEERS)]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "imagenet_shards.train.bench":
+                    todo += [a.name for a in node.names if a.name in modules]
+                elif node.module.startswith("imagenet_shards.train.bench."):
+                    todo.append(node.module.rsplit(".", 1)[1])
+                elif node.module in modules:  # a peer script's import by path
+                    todo.append(node.module)
+    assert reached <= modules and modules - reached == set(), sorted(modules - reached)
 
 
 def test_readme_shows_the_line_doctor_prints():
