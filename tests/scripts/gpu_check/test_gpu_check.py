@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +46,8 @@ def test_cpu_smoke_runs_every_step(tmp_path):
     for name, s in steps.items():
         if name in cpu_only_not_run:
             assert s["status"].startswith("not run on the CPU"), name
+        elif name == "forced_cut":
+            assert s["status"].startswith("cut: killed on purpose mid-run"), s["status"]
         elif name in recipes and not gpu_check_steps.recipe_available():
             assert s["status"] == "not run: --recipe not available in this tree", name
         else:
@@ -52,6 +55,23 @@ def test_cpu_smoke_runs_every_step(tmp_path):
     for name in ("ceiling", "real", "profile", "fp16", "ceiling_end", "augment_compile", *(
             recipes if gpu_check_steps.recipe_available() else ())):
         assert RUN_KEYS <= set(steps[name]) and WINDOW_KEYS <= set(steps[name]["window"]), name
+    cut = steps["forced_cut"]  # killed mid-epoch 2: the figures its records give, marked cut, nothing left
+    assert cut["window"]["cut"] is True and cut["window"]["steps"] >= 2 and cut["window"]["img_per_s"] > 0
+    assert cut["exit"] is None and cut["group_at_kill"] >= 2 and cut["left_behind"] == []  # the run and its worker
+    for name in ("ceiling", "real", "profile", "fp16", "ceiling_end", "augment_compile", "forced_cut", *(
+            recipes if gpu_check_steps.recipe_available() else ())):
+        run = steps[name]
+        assert run["left_behind"] == [] and run["run_info"]["start_method"] == "fork", name  # production's
+        assert run["proc"]["unavailable"] == {} and run["proc"]["workers"] is not None, name
+    for name in ("ceiling", "profile", "fp16", "ceiling_end"):  # --no-val: val answers nothing there
+        assert steps[name]["epoch"]["val_top1"] is None, name
+    assert steps["real"]["epoch"]["val_top1"] is not None
+    assert steps["ceiling"]["start"] and steps["ceiling"]["window"]["intervals"] > 0
+    compiled = steps["augment_compile"]  # measured like real: epoch 2, after the workers' first round
+    assert compiled["window"]["epochs"] == [1] and compiled["window"]["skip_steps"] == 1
+    assert compiled["derived"]["efficiency"] is not None
+    questions = [v["question"] for v in result["verdicts"]]
+    assert len(questions) == 10 and all(v["goal"] for v in result["verdicts"])
     real = steps["real"]
     w, d = real["window"], real["derived"]
     assert w["epochs"] == [1] and w["skip_steps"] == 1 and w["steps"] > 0 and w["img_per_s"] > 0  # epoch 2, after 1 worker
@@ -82,6 +102,8 @@ def test_cpu_smoke_runs_every_step(tmp_path):
     table = (out / "gpu_check.md").read_text()
     assert table == (tmp_path / "work" / "gpu_check.md").read_text() and table in proc.stdout
     assert "stream-safety probe | ok" in table and "2-rank DDP, one GPU (gloo) | ok" in table
+    assert "| Does the CPU loader keep up at the default workers? (real) | " in table and "(goal >= 0.95)" in table
+    assert "| Is --gpu-decode stream-safe? (the probe, mode loader) | yes |" in table
     assert (out / "runs.tar.gz").stat().st_size > 0 and len(list(out.iterdir())) <= 8  # the device returns 8 files
 
 
@@ -247,20 +269,187 @@ def test_the_table_renders_every_row_of_a_gpu_result():
         "profile": {"status": "ok", **_run(1.0), **profile}, "fp16": {"status": "ok", **_run(1.0), **profile},
         "bench_loader": {"status": "ok", "images_per_s_per_worker": 410.0, "workers": 4, "decoder": "turbo",
                          "derived": {"workers_for_ceiling": 12.2}},
-        "gpu_decode_loader": {"status": "ok", "probe": probe, "nvml": {"summary": "busy in 40/41 samples, mean 63 %"},
+        "gpu_decode_loader": {"status": "ok", "probe": probe, "nvml": {"summary": "busy in 40/41 samples, mean 63 %", "available": "yes",
+                                                                   "used": True},
                               "grid": {"grid_ms": 9.1, "no_grid_ms": 9.4},
                               "timing": {"img_per_s": 14000.0, "timed_from": 6, "batches": 40, "wait_ms_per_batch": 0.4,
                                          "decode_ms_per_batch": 15.0, "crop_ms_per_batch": 2.1}},
         "ddp": {"status": "ok", "verdict": "ok", "detail": "--gpu-decode: weights identical on both ranks",
                 "syncbn_compile": {"verdict": "breaks the graph", "detail": "in a 2-rank process group: 20 graph breaks"}},
-        "augment_compile": {**_run(5600.0), "derived": {"ceiling_img_per_s": 6500.0, "compile_speedup": 1.3}},
+        "augment_compile": {**_run(5600.0), "derived": {"ceiling_img_per_s": 6500.0, "compile_speedup": 1.3,
+                                                         "efficiency": 5600.0 / 6500.0, "main_cores": 0.9,
+                                                         "loader_cores": 12.0}},
     }
     result = {"device": "cuda: NVIDIA H200", "mode": "gpu", "steps": steps, "elapsed_s": 371.0, "budget_s": 380.0,
               "finished": True}
     text = report.table(result)
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    judged, measured = text.split("\n\n", 1)
+    rows = [line for line in measured.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 17 and not [r for r in rows if "| not run |" in r or "| - |" in r]
+    lines = [line for line in judged.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(lines) == len(report.verdicts(result)) == 10 and not [v for v in lines if "not settled" in v]
+    assert "| Does the CPU loader keep up at the default workers? (real) | yes | efficiency 0.970 (>= 0.95" in judged
+    # the compiled run is under its goal, and says why: 12 loader cores for 15 workers is not CPU-bound,
+    # the main process at 0.9 cores is
+    assert "vs the compiled ceiling) | no: the main process is CPU-bound (0.90 cores)" in judged
+    assert "hardware JPEG engine? | yes | busy in 40/41" in judged and "train faster than the CPU loader? | yes" in judged
+    assert "torchvision torchvision" not in text
     assert "4850 img/s | efficiency 0.970 vs 5000 img/s" in text and "loader 12.5 cores" in text
     assert "JPEG engine (NVML) busy in 40/41 samples" in text and "grid 9.1 ms vs no grid 9.4 ms" in text
     assert "same_stream: 13/20 corrupted" in text and "SyncBatchNorm + --compile | breaks the graph" in text
     assert "1.30x the eager one" in text and "drift -1.0 %" in text and "371.0 s of a 380 s budget" in text
+
+
+def test_a_killed_run_leaves_no_process_behind():
+    """A run forked from the warm server leads its own process group; killing the group ends it and
+    everything it started, children that ignore SIGTERM included, and nothing of it is left."""
+    import gpu_check_child as child
+    runner = child.Runner()
+    proc = runner.start("subprocess:call", ["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"],
+                        "/dev/null")
+    try:
+        deadline = time.monotonic() + 60
+        while len(child.group_alive(proc.pid)) < 4 and time.monotonic() < deadline:  # the run, sh, two sleeps
+            time.sleep(0.05)
+        group = child.group_alive(proc.pid)
+        assert len(group) >= 4 and proc.pid in group, group
+    finally:
+        left = child.kill_group(proc.pid)
+        proc.join(10)
+    assert left == [] and child.group_alive(proc.pid) == [] and not proc.is_alive()
+    assert all(not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+               for pid in group)
+
+
+def _fake_proc(root: Path, *, children_files: bool, smaps: bool) -> int:
+    """A /proc with one run (pid 100, threads 100 and 101) and two workers (200, 201), as /proc shows them."""
+    def stat(pid, ppid, ticks):  # fields after "(comm) ": state ppid ... utime (14th) stime (15th)
+        rest = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), str(ticks)] + ["0"] * 30
+        return f"{pid} (python) " + " ".join(rest)
+    for pid, ppid in ((100, 1), (200, 100), (201, 100), (300, 1)):
+        d = root / str(pid)
+        (d / "task" / str(pid)).mkdir(parents=True)
+        (d / "stat").write_text(stat(pid, ppid, 50))
+        (d / "status").write_text("Name: python\nVmRSS:  204800 kB\n")
+        if smaps:
+            (d / "smaps_rollup").write_text("Rss: 100 kB\nPss:  102400 kB\n")
+    if children_files:
+        (root / "100" / "task" / "101").mkdir()
+        (root / "100" / "task" / "100" / "children").write_text("200 ")
+        (root / "100" / "task" / "101" / "children").write_text("201 ")
+    return 100
+
+
+@pytest.mark.parametrize("children_files", [True, False])
+def test_the_proc_sampler_counts_workers_with_or_without_children_files(tmp_path, children_files):
+    pid = _fake_proc(tmp_path, children_files=children_files, smaps=True)
+    sampler = report.ProcSampler(pid, interval=0.01, proc=str(tmp_path))
+    time.sleep(0.1)
+    got = sampler.stop()
+    assert got["workers"] == 2 and got["workers_peak_pss_gib"] == pytest.approx(0.195, abs=0.001)
+    assert got["unavailable"] == {} and got["main_peak_rss_gib"] == pytest.approx(0.195, abs=0.001)
+
+
+def test_the_proc_sampler_says_unavailable_never_zero(tmp_path):
+    """No smaps_rollup (gVisor): the workers' PSS is unavailable, not 0.00; and with neither children
+    files nor a /proc listing that shows the run, the workers and their CPU are unavailable, not 0."""
+    pid = _fake_proc(tmp_path, children_files=True, smaps=False)
+    sampler = report.ProcSampler(pid, interval=0.01, proc=str(tmp_path))
+    time.sleep(0.1)
+    got = sampler.stop()
+    assert got["workers"] == 2 and got["workers_peak_pss_gib"] is None and "smaps_rollup" in got["unavailable"]["workers_pss"]
+    row = report._run_row("real loader", {**_run(4000.0), "proc": {**got, "series": []}})
+    assert "2 workers PSS unavailable" in row[2]
+    class Blind(report.ProcSampler):
+        def _children(self):
+            return None  # what it answers when /proc has no children files and cannot be listed
+
+    blind = Blind(pid, interval=0.01, proc=str(tmp_path))
+    time.sleep(0.1)
+    got = blind.stop()
+    assert got["workers"] is None and "children" in got["unavailable"]["workers"]
+    row = report._run_row("real loader", {**_run(4000.0), "proc": {**got, "series": []}})
+    assert "loader unavailable" in row[2] and "unavailable workers PSS unavailable" in row[2]
+
+
+def test_a_carried_extension_that_does_not_import_is_one_line(tmp_path):
+    """An extension file that is there but does not import (a wheel without its libjpeg): the env step
+    survives and names it, `install` stops claiming the build works, and the table has one line for it."""
+    import gpu_check_probe as probe
+    for folder, name in (("train/loader", "_jpegcrop"), ("pipeline/prepare", "_jpegtran")):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "train/loader" / "_jpegcrop.abi3.so").write_bytes(b"not an ELF file")
+    env = probe.environment("cpu", repo=tmp_path)
+    assert env["decoder"] == "pil" and set(env["extension_errors"]) == {"_jpegcrop"}
+    assert env["extension_errors"]["_jpegcrop"].startswith("_jpegcrop.abi3.so: ImportError")
+    assert probe._extension("pipeline/prepare", "_jpegtran", tmp_path) == (None, None)  # not there: no error
+    check = gpu_check.Check.__new__(gpu_check.Check)
+    check.result = {"install": "carried wheel x.whl (abi3, libjpeg-turbo beside the modules)", "steps": {}}
+    check.note_extensions(env)
+    assert check.result["install"].startswith("carried wheel x.whl") and "but _jpegcrop failed to import" in check.result["install"]
+    result = {"device": "cpu", "mode": "cpu-smoke", "elapsed_s": 1.0, "budget_s": 400.0, "steps": {"env": env},
+              **check.result}
+    lines = [line for line in report.table(result).splitlines() if "_jpegcrop failed to import" in line]
+    assert len(lines) == 1 and lines[0].startswith("| extension failure | FAILED |")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_the_cc_fallback_builds_every_source_or_says_it_failed(tmp_path):
+    """Without a carried wheel the wrapper builds each module from all its C files with the shared
+    headers, and each imports; a module that links but does not import (a missing part file: an
+    undefined symbol) is removed and the build says it failed."""
+    tree = tmp_path / "tree"
+    for folder in ("train/loader", "pipeline/prepare", "scripts/gpu_check"):
+        (tree / folder).mkdir(parents=True)
+    shutil.copytree(REPO / "pipeline" / "native", tree / "pipeline" / "native",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "scripts" / "gpu_check" / "gpu_check.sh", tree / "scripts" / "gpu_check")
+    env = {**os.environ, "PYTHON": sys.executable}
+    run = ["scripts/gpu_check/gpu_check.sh", "--extensions-only", str(tmp_path / "work")]
+    ok = subprocess.run(run, cwd=tree, env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and ok.stdout.strip() == "built here with cc against the system libjpeg", ok.stderr
+    import gpu_check_probe as probe
+    assert all(probe._extension(f, n, tree)[0] is not None for f, n in (("train/loader", "_jpegcrop"),
+                                                                         ("pipeline/prepare", "_jpegtran")))
+    for built in [*tree.glob("train/loader/*.so"), *tree.glob("pipeline/prepare/*.so")]:
+        built.unlink()
+    (tree / "pipeline" / "native" / "jpegcrop_entry.c").unlink()
+    bad = subprocess.run(run, cwd=tree, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 0 and bad.stdout.startswith("none: the cc build failed: ") and "undefined symbol" in bad.stdout
+    assert not list(tree.glob("train/loader/_jpegcrop*.so"))
+
+
+def test_data_generation_stops_at_its_deadline(tmp_path):
+    import gpu_check_data as data
+    jobs = [(str(tmp_path / f"{i}.JPEG"), 64, 48, i, False) for i in range(64)]
+    assert len(data.generate_until(jobs, 1, time.perf_counter() + 120, chunk=8)) == 64
+    for f in tmp_path.glob("*.JPEG"):
+        f.unlink()
+    early = data.generate_until(jobs, 1, time.perf_counter(), chunk=8)  # the deadline is now
+    assert len(early) < 64 and sorted(early) == sorted(str(p) for p in tmp_path.glob("*.JPEG"))
+    rc, why = data.run_bounded([sys.executable, "-c", "import time; time.sleep(60)"], 0.5)
+    assert rc == -9 and why.startswith("still running after")
+
+
+def test_a_cut_run_keeps_the_figures_its_records_give(tmp_path):
+    """The window of a run killed in its second epoch is computed from what it wrote (a last line cut
+    mid-write left out), and the row and its verdict say "cut"."""
+    records = _queue_model(0.9, workers=4, steps=40, log=4)
+    end_of_first = next(i for i, r in enumerate(records) if r["kind"] == "epoch")
+    kept = records[:end_of_first + 1 + 6]  # six intervals of epoch 2, then the kill
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"kind": "train_interval", "ep')
+    assert gpu_check._records(path) == kept
+    w = report.window(gpu_check._records(path), 256, epochs=(1,), skip=4, rounds_of=4)
+    assert w["steps"] == 20 and w["img_per_s"] / (256 / 0.1) == pytest.approx(0.9, abs=0.02)
+    step = {**_run(w["img_per_s"]), "status": "cut: killed at its 45 s cap; figures from the records it wrote"}
+    assert report._run_row("real loader", step)[1].endswith("img/s (cut)")
+    verdict = report.verdicts({"steps": {"real": step}})[0]
+    assert verdict["verdict"] == "yes" and verdict["figure"].endswith("(cut)")
+
+
+def test_caps_can_be_changed_and_bad_ones_are_refused(capsys):
+    assert gpu_check.main(["--cpu-smoke", "--cap", "real=abc"]) == 2
+    assert gpu_check.main(["--cpu-smoke", "--cap", "warp=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error: --cap") == 2
