@@ -7,7 +7,8 @@ most of the CPU smoke) and ~2-3 s of the GPU call's budget. The server imports t
 touches CUDA (importing torch creates no CUDA context), so each forked run sets CUDA up itself, as
 `python -m` would. Each run forces the `fork` start method (what train-imagenet's DataLoader workers
 get in production; forked from a forkserver they would get forkserver) and leads a process group of
-its own, which the check kills when the run ends or is killed: no worker outlives its run. A run's
+its own, which the check kills when the run ends or is killed, and which kills itself when the
+check is gone (a SIGKILLed check, a device call cut at its timeout): no worker outlives its run. A run's
 stdout and stderr go to its log file, and run-info.json beside it says what it ran with (start
 method, the decoder `auto` resolved to inside it); its exit code is the entry point's return value. The check's two-rank DDP step starts its
 ranks this way too, with the environment torchrun would give them (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -32,8 +33,9 @@ PRELOAD = ["torch", "torchvision", "torch.utils.tensorboard", "imagenet_shards.t
            "imagenet_shards.train.loader.gpu_decode", "gpu_check_probe"]
 
 
-def _run(entry: str, argv: list[str], log: str, env: dict) -> None:
-    os.setsid()  # a process group of its own: the check kills it, workers and all, when the run ends
+def _run(entry: str, argv: list[str], log: str, env: dict, check_pid: int) -> None:
+    os.setpgid(0, 0)  # a process group of its own: the check kills it, workers and all, when the run ends
+    threading.Thread(target=_end_with, args=(check_pid,), daemon=True).start()
     # production's start method: a process forked from the forkserver has forkserver as its default,
     # so its DataLoader workers would start differently (and cost differently) from train-imagenet's
     multiprocessing.set_start_method("fork", force=True)
@@ -67,7 +69,8 @@ class Runner:
     def start(self, entry: str, argv: list[str], log, env: dict | None = None) -> multiprocessing.Process:
         """Fork a run of `entry` (module:function) with argv, `env` added to its environment. The run
         leads its own process group (its pid): end it, workers included, with `kill_group(proc.pid)`."""
-        proc = self.ctx.Process(target=_run, args=(entry, [str(a) for a in argv], str(log), env or {}), daemon=False)
+        proc = self.ctx.Process(target=_run, args=(entry, [str(a) for a in argv], str(log), env or {}, os.getpid()),
+                                daemon=False)
         proc.start()
         return proc
 
@@ -88,6 +91,23 @@ def _write_run_info(path: Path) -> None:
     except Exception as e:  # noqa: BLE001 - said in the row instead of a decoder name
         info["decoder"] = f"unknown ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
     path.write_text(json.dumps(info, sort_keys=True))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+def _end_with(check_pid: int) -> None:
+    """Kill this run's process group once the check is gone (SIGKILLed, or cut by the device call's
+    timeout): forked from the forkserver, in a group of its own, nothing else would end it."""
+    while _alive(check_pid):
+        time.sleep(0.5)
+    os.killpg(0, signal.SIGKILL)
 
 
 def group_alive(pgid: int) -> list[int]:

@@ -124,18 +124,34 @@ def generate_until(jobs: list, cores: int, deadline: float, chunk: int = 32) -> 
 
 
 def run_bounded(cmd: list, timeout: float) -> tuple[int, str]:
-    """Run `cmd` in a session of its own for at most `timeout` s, then kill the session (its pool
-    workers too); (exit code, last line of its stderr)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """Run `cmd` for at most `timeout` s, then kill it and every process under it (its pool workers);
+    (exit code, last line of its stderr). It stays in the check's process group, so whatever kills
+    the check kills it too."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         proc.communicate()
         return -9, f"still running after {timeout:.0f} s (killed, its workers too)"
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # anything of it still there
-        except (ProcessLookupError, PermissionError):
-            pass
     return proc.returncode, " ".join(err.strip().splitlines()[-1:])
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and its descendants: stopped first, so none forks or is orphaned meanwhile."""
+    os.kill(pid, signal.SIGSTOP)
+    family, parents = [pid], {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+    for p in family:  # grows while it is walked: children of children
+        family += [c for c, parent in parents.items() if parent == p and c not in family]
+    for p in family:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

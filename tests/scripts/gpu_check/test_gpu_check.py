@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def test_cpu_smoke_runs_every_step(tmp_path):
     for name in ("ceiling", "profile", "fp16", "ceiling_end"):  # --no-val: val answers nothing there
         assert steps[name]["epoch"]["val_top1"] is None, name
     assert steps["real"]["epoch"]["val_top1"] is not None
-    assert steps["ceiling"]["start"] and steps["ceiling"]["window"]["intervals"] > 0
+    skip = min(10, gpu_check.SMOKE.ceiling_batches // 4)  # the ceiling logs once a round of the 1 worker, as real does
+    assert steps["ceiling"]["window"]["intervals"] == gpu_check.SMOKE.ceiling_batches - skip
     compiled = steps["augment_compile"]  # measured like real: epoch 2, after the workers' first round
     assert compiled["window"]["epochs"] == [1] and compiled["window"]["skip_steps"] == 1
     assert compiled["derived"]["efficiency"] is not None
@@ -109,7 +111,8 @@ def test_cpu_smoke_runs_every_step(tmp_path):
 
 def test_a_kill_mid_check_leaves_every_finished_step_in_the_json(tmp_path):
     """SIGKILL to the whole check while it works: the JSON (and table) from the last step boundary
-    are there and whole; the step it was in says "running"; finished is False."""
+    are there and whole; the step it was in says "running"; finished is False; a run under way (the
+    ceiling's, when the kill falls there) is gone with its workers within seconds."""
     cmd, kw = _smoke(tmp_path, "--steps", "env,data,ceiling", start_new_session=True, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL)
     proc = subprocess.Popen(cmd, **kw)
@@ -120,13 +123,20 @@ def test_a_kill_mid_check_leaves_every_finished_step_in_the_json(tmp_path):
             if path.exists():
                 steps = json.loads(path.read_text())["steps"]
                 running = next((n for n, s in steps.items() if s["status"] == "running"), None)
-                if running in ("data", "ceiling"):
-                    break
+                if running == "ceiling" and (tmp_path / "work" / "runs" / "ceiling" / "run-info.json").exists():
+                    break  # the kill falls in a run, its process group alive
             time.sleep(0.05)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert running in ("data", "ceiling"), "the check ended before it could be killed"
+    assert running == "ceiling", "the check ended before it could be killed"
+    import gpu_check_child as child  # a run in its own process group ends itself once the check is gone
+    groups = [json.loads(p.read_text())["pgid"] for p in (tmp_path / "work" / "runs").glob("*/run-info.json")]
+    assert groups
+    deadline = time.monotonic() + 10
+    while any(child.group_alive(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [g for g in groups if child.group_alive(g)]
     result = json.loads(path.read_text())
     assert result["finished"] is False and result["steps"]["env"]["status"] == "ok"
     assert result["steps"][running]["status"] == "running" and "started_s" in result["steps"][running]
@@ -235,6 +245,7 @@ def test_the_jpeg_engine_is_observed_through_nvml():
     got = engine.summary()
     assert got["available"] == "yes" and got["max_pct"] == 80 and got["busy_samples"] >= 3
     assert got["summary"].startswith(f"busy in {got['busy_samples']}/{got['samples']} samples")
+    assert got["used"] is True and got["sampling_period_us"] == 166666 and "NVML averages over 166666 us" in got["summary"]
     absent = probe.JpegEngine(nvml=FakeNvml([], fail="NVML Shared Library Not Found")).summary()
     assert absent["available"].startswith("no: RuntimeError: NVML Shared Library") and "not sampled" in absent["summary"]
 
@@ -317,8 +328,7 @@ def test_a_killed_run_leaves_no_process_behind():
         left = child.kill_group(proc.pid)
         proc.join(10)
     assert left == [] and child.group_alive(proc.pid) == [] and not proc.is_alive()
-    assert all(not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
-               for pid in group)
+    assert not [pid for pid in group if child._alive(pid)]
 
 
 def _fake_proc(root: Path, *, children_files: bool, smaps: bool) -> int:
@@ -427,8 +437,17 @@ def test_data_generation_stops_at_its_deadline(tmp_path):
         f.unlink()
     early = data.generate_until(jobs, 1, time.perf_counter(), chunk=8)  # the deadline is now
     assert len(early) < 64 and sorted(early) == sorted(str(p) for p in tmp_path.glob("*.JPEG"))
-    rc, why = data.run_bounded([sys.executable, "-c", "import time; time.sleep(60)"], 0.5)
-    assert rc == -9 and why.startswith("still running after")
+    marker = tmp_path / "child.pid"  # a child under it too, like prepare-shards' pool workers
+    code = f"import subprocess, time; open({str(marker)!r}, 'w').write(str(subprocess.Popen(['sleep', '60']).pid)); time.sleep(60)"
+    t0 = time.monotonic()
+    rc, why = data.run_bounded([sys.executable, "-c", code], 3.0)
+    assert rc == -9 and why.startswith("still running after") and time.monotonic() - t0 < 10
+    grandchild = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    import gpu_check_child as child
+    while child._alive(grandchild):
+        assert time.monotonic() < deadline, "the child of the killed command is still running"
+        time.sleep(0.05)
 
 
 def test_a_cut_run_keeps_the_figures_its_records_give(tmp_path):
@@ -453,3 +472,35 @@ def test_caps_can_be_changed_and_bad_ones_are_refused(capsys):
     assert gpu_check.main(["--cpu-smoke", "--cap", "warp=3"]) == 2
     err = capsys.readouterr().err
     assert err.count("error: --cap") == 2
+
+
+def test_a_run_ends_with_its_workers_when_the_check_is_killed(tmp_path):
+    """SIGKILL to the check (and its forkserver) while a run works: the run's own process group, a
+    child that ignores SIGTERM included, is gone within seconds, not left running."""
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO / "scripts" / "gpu_check")!r})
+        import gpu_check_child as child
+        if __name__ == "__main__":  # the forkserver imports this file as its main module
+            proc = child.Runner().start("subprocess:call", ["sh", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"],
+                                        "/dev/null")
+            print(proc.pid, flush=True)
+            time.sleep(300)
+    """))
+    check = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    import gpu_check_child as child
+    try:
+        run = int(check.stdout.readline())
+        deadline = time.monotonic() + 60
+        while len(child.group_alive(run)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(child.group_alive(run)) >= 4
+    finally:
+        os.killpg(check.pid, signal.SIGKILL)
+        check.wait()
+    deadline = time.monotonic() + 5
+    while child.group_alive(run) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = child.kill_group(run)  # (so a failure leaves nothing either)
+    assert left == [] and time.monotonic() < deadline, "the run outlived the check"
