@@ -4,6 +4,7 @@ through scripts/gpu_check/gpu_check.sh, which puts the carried extensions into t
 `imagenet_shards` namespace onto it.
 
   python scripts/gpu_check/gpu_check.py [--cpu-smoke] [--workdir DIR] [--out DIR] [--steps a,b,...]
+                                        [--cap STEP=SECONDS ...]
 
 After every step WORKDIR/gpu_check.json and the table (gpu_check.md) are rewritten, and copied to
 --out (default $OUT) with runs.tar.gz (each run's metrics, log and sync counts): a call cut at its
@@ -12,9 +13,12 @@ every step that can run on the CPU with tiny sizes (same steps, same JSON keys, 
 field; --gpu-decode training is "not run on the CPU"). The check's own process never touches CUDA
 (nor imports torch): every measurement runs in a child process forked from a warm server
 (scripts/gpu_check/gpu_check_child.py: train-imagenet, bench-loader, scripts/gpu_check/gpu_check_probe.py, the two DDP
-ranks), sampled from /proc for CPU, memory and /dev/shm use. Modules: gpu_check_data (the JPEGs and
-shards), gpu_check_probe (what runs with torch), gpu_check_report (sampling, the window, the table),
-gpu_check_steps (the steps that are more than one run).
+ranks), sampled from /proc for CPU, memory and /dev/shm use; each run is a process group of its own,
+killed with its workers when it ends, at its step's cap (its figures then come from the records it
+wrote, marked "cut") or when the check is gone. The table and the JSON open with one verdict per
+question, its figure beside its goal. Modules: gpu_check_data (the JPEGs and shards),
+gpu_check_probe (what runs with torch), gpu_check_report (sampling, the window, the verdicts, the
+table), gpu_check_steps (the steps that are more than one run).
 """
 
 from __future__ import annotations
