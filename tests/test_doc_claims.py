@@ -229,7 +229,7 @@ def test_readme_names_every_module_where_it_lives():
             if row is None:
                 wrong.append(f"no row for {top}/{folder.name}/")
                 continue
-            named = set(re.findall(r"`(\w+)(?:\.c|/)?`", row))
+            named = _named(row)
             for f in sorted(folder.rglob("*")):
                 if f.suffix in (".py", ".c") and f.stem not in ("__init__", "__main__") or f.is_dir() and (f / "__init__.py").exists():
                     if f.name != "__pycache__" and f.stem not in named:
@@ -239,6 +239,14 @@ def test_readme_names_every_module_where_it_lives():
     for f in sorted((REPO / "pipeline").glob("*.py")):
         if f.stem != "__init__" and f"pipeline/{f.name}" not in rows:
             wrong.append(f"no row for pipeline/{f.name}")
+    for folder in FOLDERS_NOT_PACKAGES:  # every file and subfolder in them, named
+        row = rows.get(f"{folder}/")
+        if row is None:
+            wrong.append(f"no row for {folder}/")
+            continue
+        here = {f.stem for f in (REPO / folder).iterdir() if f.name != "__pycache__" and ".so" not in f.suffixes}
+        wrong += [f"{folder}/{name} is not named in README's row for {folder}/" for name in sorted(here - _named(row))]
+        wrong += [f"README's row for {folder}/ names `{name}`, which is not there" for name in sorted(_named(row) - here)]
     assert not wrong, wrong
 
 
@@ -282,6 +290,41 @@ def test_no_two_pipeline_modules_import_each_other():
         if m not in seen:
             walk(m, [m])
     assert not circles, circles
+
+
+# The folders that are not Python packages but a home each: the C sources, the benchmarks, the scripts
+FOLDERS_NOT_PACKAGES = ("pipeline/native", "bench", "scripts", "scripts/gpu_check")
+
+
+def _named(row: str) -> set[str]:
+    """The file and folder names a README row gives in backticks (`decode`, `_jpegcrop.c`, `gpu_check/`)."""
+    return set(re.findall(r"`(\w+)(?:\.c|\.h|\.sh|/)?`", row))
+
+
+def test_bench_loader_package_holds_only_what_bench_loader_runs():
+    """train/bench/ is the installed bench-loader: each module in it is imported (through the package
+    or, in a peer's environment, by path) from its CLI or is a peer script the CLI starts; every other
+    benchmark lives in bench/."""
+    import ast
+
+    from imagenet_shards.train.bench.peers import PEERS
+    folder = REPO / "train" / "bench"
+    modules = {f.stem for f in folder.glob("*.py")} - {"__init__"}
+    reached, todo = set(), ["run", *(p.script.stem for p in PEERS)]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "imagenet_shards.train.bench":
+                    todo += [a.name for a in node.names if a.name in modules]
+                elif node.module.startswith("imagenet_shards.train.bench."):
+                    todo.append(node.module.rsplit(".", 1)[1])
+                elif node.module in modules:  # a peer script's import by path
+                    todo.append(node.module)
+    assert reached <= modules and modules - reached == set(), sorted(modules - reached)
 
 
 def test_readme_shows_the_line_doctor_prints():
