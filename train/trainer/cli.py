@@ -224,7 +224,8 @@ def config_from_argv(argv: list[str] | None = None, *, parser: argparse.Argument
     world = args.world_size or env_world
     kwargs = {k: v for k, v in vars(args).items() if k not in CLI_ONLY}
     if args.recipe:
-        from imagenet_shards.train.recipes import get_recipe, resolve
+        from imagenet_shards.train.recipes import get_recipe
+        from imagenet_shards.train.trainer.recipe import resolve
         defaults = {a.dest: a.default for a in parser._actions if a.dest in kwargs}
         kwargs = resolve(get_recipe(args.recipe), defaults=defaults, explicit=explicit_flags(argv), world_size=world)
     if kwargs.get("out") is None:
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     """train-imagenet: parse, train, and turn a TrainError into one `error:` line and exit code 2,
     SIGTERM/SIGUSR1/SIGINT into one line and 143/138/130 (`lifecycle`: during training after a
     checkpoint, before it at once)."""
-    from imagenet_shards.train.recipes import UnknownRecipe, describe
+    from imagenet_shards.train.recipes import UnknownRecipe
+    from imagenet_shards.train.trainer.recipe import describe
     from imagenet_shards.train.trainer.config import TrainError
     try:
         config, world, show = config_from_argv(argv)  # parses first: --help needs no more imports

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from imagenet_shards.train.recipes import RECIPES, adjusted_ema_decay, describe, get_recipe
+from imagenet_shards.train.recipes import RECIPES, get_recipe
+from imagenet_shards.train.trainer.recipe import adjusted_ema_decay, describe
 from imagenet_shards.train.trainer.cli import config_from_argv, main
 from imagenet_shards.train.trainer.schedule import schedule_for
 
