@@ -229,6 +229,14 @@ class TrainConfig:
     recipe_scaling: dict = field(default_factory=dict)    # how the recipe was fitted to this world size
 
 
+def imagenet_1k_sizes() -> tuple[int, int]:
+    """(classes, train samples) of ImageNet-1k, from manifests/imagenet-1k (its class table and split
+    sizes): what --show assumes without data, and what sizes a --synthetic-data run without --data."""
+    from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
+
+    return len(imagenet_1k_classes()), int(imagenet_1k_facts()["splits"]["train"]["num_samples"])
+
+
 def default_warmup(epochs: int) -> float:
     """Warmup epochs when --warmup-epochs is not given: 2, or a quarter of a shorter run."""
     return min(DEFAULT_WARMUP_EPOCHS, epochs / 4)

@@ -23,9 +23,8 @@ import math
 
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.recipes import Recipe, get_recipe
+from imagenet_shards.train.trainer.config import imagenet_1k_sizes
 from imagenet_shards.train.trainer.schedule import run_resolution, schedule_for
-
-IMAGENET_TRAIN_SAMPLES = 1281167  # what --show assumes without data (manifests/imagenet-1k/facts.json)
 
 
 def _same(a, b) -> bool:
@@ -112,9 +111,10 @@ def _wd_rule(config) -> str:
     return config.wd_exempt or ("norm" if config.no_bn_wd else "none")
 
 
-def describe(config, *, world_size: int, num_train: int = IMAGENET_TRAIN_SAMPLES,
-             steps_per_epoch: int | None = None) -> dict:
-    """The fully resolved recipe of `config` as JSON-able data, under stable names (docs/recipes.md)."""
+def describe(config, *, world_size: int, num_train: int | None = None, steps_per_epoch: int | None = None) -> dict:
+    """The fully resolved recipe of `config` as JSON-able data, under stable names (docs/recipes.md);
+    without `num_train`, for ImageNet-1k's train split."""
+    num_train = imagenet_1k_sizes()[1] if num_train is None else num_train
     recipe = get_recipe(config.recipe) if config.recipe else None
     steps = steps_per_epoch or steps_per_epoch_for(config, world_size=world_size, num_train=num_train)
     schedule = schedule_for(config, max(1, steps))
