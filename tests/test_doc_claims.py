@@ -119,6 +119,16 @@ def all_parsers() -> dict[str, object]:
     return out
 
 
+def action_default(command: str, action):
+    """What a flag defaults to: argparse's default, or for train-imagenet, whose parser holds none (a
+    parse returns only the flags given), TrainConfig's (`trainer.flags.defaults`)."""
+    if command == "train-imagenet":
+        from imagenet_shards.train.trainer.flags import defaults
+
+        return defaults().get(action.dest)
+    return action.default
+
+
 def same_value(text: str, default) -> bool:
     """Whether a default as the docs write it (`5e-5`, `longer:500`, `16`) is the parser's value."""
     if isinstance(default, (int, float)) and not isinstance(default, bool):
@@ -135,16 +145,17 @@ def test_help_states_each_default_as_the_parser_has_it():
     for command, parser in all_parsers().items():
         for action in parser._actions:
             m = re.search(r"\(default ([\w.:+-]+)[);,]", action.help or "")
-            if m and action.default is not None and not isinstance(action.default, bool) \
-                    and not same_value(m.group(1), action.default):
-                wrong.append(f"{command} {action.option_strings}: help says {m.group(1)}, default is {action.default!r}")
+            default = action_default(command, action)
+            if m and default is not None and not isinstance(default, bool) and not same_value(m.group(1), default):
+                wrong.append(f"{command} {action.option_strings}: help says {m.group(1)}, default is {default!r}")
     assert not wrong, wrong
 
 
 def test_training_md_synopsis_and_defaults_table_state_the_parsers_defaults():
     from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS
 
-    defaults = {a.option_strings[0]: a.default for a in all_parsers()["train-imagenet"]._actions if a.option_strings}
+    defaults = {a.option_strings[0]: action_default("train-imagenet", a)
+                for a in all_parsers()["train-imagenet"]._actions if a.option_strings}
     defaults["--warmup-epochs"] = DEFAULT_WARMUP_EPOCHS  # resolved when the run starts (TrainConfig)
     text = (REPO / "docs" / "training.md").read_text()
     synopsis = next(body for doc, _, info, body in fenced_blocks() if doc.name == "training.md" and info == "text")
@@ -169,7 +180,7 @@ def test_prose_defaults_are_the_parsers():
     for command, parser in all_parsers().items():
         for action in parser._actions:
             for flag in action.option_strings:
-                owners.setdefault(flag, []).append(action.default)
+                owners.setdefault(flag, []).append(action_default(command, action))
     claims = [(doc.name, flag, value) for doc in DOCS
               for flag, value in re.findall(r"`(--[a-z][\w-]*) ([\w.:-]+)`\s*\(default", doc.read_text())]
     assert claims  # e.g. prepare.md's `--resize longer:500` (default; ...)
