@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {storage.redact(e)}", file=sys.stderr, flush=True)
         return 2
     if show:
+        if (config.recipe_scaling or {}).get("note"):
+            print(f"note: {config.recipe_scaling['note']}", file=sys.stderr)
         print(json.dumps(describe(config, world_size=world), indent=1))
         return 0
     from imagenet_shards.train.trainer.distributed import shutdown_distributed

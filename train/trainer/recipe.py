@@ -6,13 +6,17 @@ Precedence: the trainer's defaults < the recipe's values < explicit flags. A fla
 of the recipe's values is an override, recorded (field -> the recipe's value) in the config, the
 start record of metrics.jsonl and recipe.json.
 
-World size. The recipe was run on `recipe.world_size` GPUs at `batch_size` per GPU. On W GPUs we
-keep the per-GPU batch (so memory and BatchNorm statistics are the source's) and scale the peak lr
-with the global batch W x batch x accumulate, by the recipe's rule: linear (FFCV and torchvision:
-lr x global / source global) or sqrt (timm's rule for LAMB). With `--accumulate N` chosen so that
-W x N is the source's GPU count, the global batch and the lr are the source's exactly. An explicit
-`--lr` is taken as it is. Where the source states its warmup-start and floor lrs as absolute values
-(timm), their factors are rescaled so the absolute values stay. torchvision's EMA decay adjustment
+World size (issue 30). The recipe was run on `recipe.world_size` GPUs at `batch_size` per GPU; its
+global batch is their product, and its per-GPU batch is what we take a GPU to hold. On W GPUs a
+recipe keeps the source's global batch and lr: per-GPU batch = global / W, and where that is not a
+whole number or exceeds the source's per-GPU batch, the fewest `--accumulate` N that make it one
+(`fit_global_batch`); the note in `recipe_scaling` says so in one line. Only where no N splits it
+evenly does the global batch fall short (floor), and the lr follows it. An explicit `--batch-size`
+changes the global batch (W x batch x --accumulate) and the peak lr follows it by the recipe's rule:
+linear (FFCV and torchvision: lr x global / source global) or sqrt (timm's rule for LAMB); the note
+prints this run's and the source's values. An explicit `--lr` is taken as it is. Where the source
+states its warmup-start and floor lrs as absolute values (timm), their factors are rescaled so the
+absolute values stay. torchvision's EMA decay adjustment
 (`ema_adjust`) uses the run's global batch: alpha = min(1, (1 - decay) x global x every / epochs).
 """
 
@@ -23,7 +27,7 @@ import math
 
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.recipes import Recipe, get_recipe
-from imagenet_shards.train.trainer.config import imagenet_1k_sizes
+from imagenet_shards.train.trainer.config import TrainError, imagenet_1k_sizes
 from imagenet_shards.train.trainer.schedule import run_resolution, schedule_for
 
 
@@ -46,9 +50,27 @@ def adjusted_ema_decay(decay: float, *, global_batch: int, every: int, epochs: i
     return 1.0 - min(1.0, (1.0 - decay) * global_batch * every / epochs)
 
 
+def fit_global_batch(global_batch: int, world_size: int, gpu_max: int, accumulate: int | None = None):
+    """(per-GPU batch, accumulate) that make `global_batch` on `world_size` ranks with at most
+    `gpu_max` per GPU and forward: the fewest accumulated batches that divide it evenly; where none
+    does, the per-GPU batch floor(global / (W x N)) (the global batch then falls short, said by the
+    caller). `accumulate` given: that one, the per-GPU batch as above, None where it would exceed
+    `gpu_max` or be empty."""
+    if accumulate is not None:
+        per = global_batch // (world_size * accumulate)
+        return (per, accumulate) if 1 <= per <= gpu_max else None
+    least = max(1, math.ceil(global_batch / (world_size * gpu_max)))
+    for n in range(least, least + 64):
+        if global_batch % (world_size * n) == 0:
+            return global_batch // (world_size * n), n
+    return max(1, global_batch // (world_size * least)), least
+
+
 def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) -> dict:
     """TrainConfig keyword arguments for `recipe` run on `world_size` processes: `defaults` (every
-    field's default) < the recipe's values < `explicit` (the flags given), then the world-size scaling."""
+    field's default) < the recipe's values < `explicit` (the flags given), then the world-size rule
+    (the module docstring). Raises TrainError for an --accumulate that cannot hold the source's
+    global batch without --batch-size."""
     kwargs = dict(defaults)
     kwargs.update({name: cited.value for name, cited in recipe.hyper.items()})
     overrides = {name: _plain(recipe.hyper[name].value) for name, value in explicit.items()
@@ -56,28 +78,51 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
     kwargs.update(explicit)
     source_world = int(recipe.world_size.value)
     source_batch = int(recipe.value("batch_size"))
-    batch, accumulate = int(kwargs["batch_size"]), int(kwargs.get("accumulate") or 1)
-    global_batch = world_size * batch * accumulate
     source_global = source_world * source_batch
     source_lr = float(recipe.value("lr"))
-    ratio = global_batch / source_global
     rule = recipe.scale_rule.value
+    if "batch_size" in explicit:  # the user's per-GPU batch: the global batch follows it
+        batch, accumulate = int(explicit["batch_size"]), int(explicit.get("accumulate") or 1)
+    else:  # the source's global batch, split over this world size
+        fit = fit_global_batch(source_global, world_size, source_batch, explicit.get("accumulate"))
+        if fit is None:
+            raise TrainError(f"--accumulate {explicit['accumulate']} on {world_size} GPU(s) cannot keep {recipe.name}'s "
+                             f"global batch {source_global} at most {source_batch} per GPU; give --batch-size too "
+                             f"(the global batch and lr then follow it)")
+        batch, accumulate = fit
+    kwargs["batch_size"], kwargs["accumulate"] = batch, accumulate
+    global_batch = world_size * batch * accumulate
+    ratio = global_batch / source_global
     if "lr" in explicit:
-        lr, how = float(explicit["lr"]), "explicit --lr: not scaled"
+        lr = float(explicit["lr"])
     else:
         lr = source_lr * (ratio if rule == "linear" else math.sqrt(ratio))
         kwargs["lr"] = lr
-        how = ("the source's global batch and lr" if ratio == 1 else
-               f"per-GPU batch kept, lr scaled {rule} with the global batch ({global_batch} / {source_global})")
     if recipe.absolute_lr_bounds and lr != source_lr:
         for name in ("lr_start_factor", "lr_end_factor"):
             if name not in explicit:
                 kwargs[name] = recipe.value(name) * source_lr / lr
+    split = f"{world_size} x {batch}" + (f" x {accumulate} accumulated" if accumulate > 1 else "")
+    source = f"{source_world} GPU(s) x {source_batch} = {source_global}, lr {source_lr:.4g}"
+    lr_how = ("explicit --lr: not scaled" if "lr" in explicit else
+              "lr kept" if ratio == 1 else f"lr scaled {rule} with the global batch ({global_batch} / {source_global})")
+    if "batch_size" in explicit:
+        how = f"--batch-size {batch}: global batch {split} = {global_batch}, {lr_how}"
+    elif global_batch == source_global:
+        how = f"the source's global batch {source_global} as {split}, {lr_how}"
+    else:
+        how = (f"the source's global batch {source_global} does not split evenly over {world_size} GPU(s) at most "
+               f"{source_batch} per GPU: {split} = {global_batch}, {lr_how}")
+    note = None
+    if (world_size, batch, accumulate) != (source_world, source_batch, 1) or ratio != 1:
+        note = (f"{recipe.name} on {world_size} GPU(s): {how}"
+                + (f"; BatchNorm sees {batch} per forward (source {source_batch})" if batch != source_batch else "")
+                + f" [source: {source}; this run: global batch {global_batch}, lr {lr:.4g}]")
     scaling = {
-        "rule": rule, "how": how, "source_world_size": source_world, "source_batch_per_gpu": source_batch,
-        "source_global_batch": source_global, "source_lr": source_lr, "world_size": world_size,
-        "batch_per_gpu": batch, "accumulate": accumulate, "global_batch": global_batch, "lr": lr,
-        "to_keep_source_global_batch": _accumulate_hint(source_global, world_size, batch),
+        "rule": rule, "how": how, "note": note, "source_world_size": source_world,
+        "source_batch_per_gpu": source_batch, "source_global_batch": source_global, "source_lr": source_lr,
+        "world_size": world_size, "batch_per_gpu": batch, "accumulate": accumulate, "global_batch": global_batch,
+        "lr": lr, "keeps_source_global_batch": global_batch == source_global,
     }
     if recipe.ema_adjust and kwargs.get("ema"):
         raw = float(kwargs["ema"])
@@ -86,16 +131,6 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
         scaling.update(ema_decay=raw, ema_decay_adjusted=kwargs["ema"])
     kwargs.update(recipe=recipe.name, recipe_overrides=overrides, recipe_scaling=scaling)
     return kwargs
-
-
-def _accumulate_hint(source_global: int, world_size: int, batch: int) -> str | None:
-    """The --accumulate that gives the source's global batch here, when one does."""
-    per_step = world_size * batch
-    if per_step == source_global:
-        return None
-    if source_global % per_step == 0:
-        return f"--accumulate {source_global // per_step}"
-    return f"none at --batch-size {batch} on {world_size} GPU(s) (the source's global batch is {source_global})"
 
 
 def steps_per_epoch_for(config, *, world_size: int, num_train: int) -> int:

@@ -83,11 +83,10 @@ def _recipe_record(config: TrainConfig, info: DistInfo, out: Path, parts: Parts,
 
 def _print_recipe(config: TrainConfig, info: DistInfo, lr: float) -> None:
     sc = config.recipe_scaling
-    hint = sc.get("to_keep_source_global_batch")
     print0(info, f"recipe {config.recipe}: source {sc.get('source_world_size')} GPU(s) x {sc.get('source_batch_per_gpu')}"
                  f" = {sc.get('source_global_batch')}, lr {sc.get('source_lr'):.4g}; this run {info.world_size} x "
                  f"{config.batch_size} x {config.accumulate} = {sc.get('global_batch')}, lr {lr:.4g} "
-                 f"({sc.get('how')})" + (f"; for the source's global batch: {hint}" if hint else "")
+                 f"({sc.get('how')})"
                  + (f"; overrides: {', '.join(sorted(config.recipe_overrides))}" if config.recipe_overrides else ""))
 
 
