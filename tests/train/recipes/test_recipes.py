@@ -270,11 +270,24 @@ def test_accumulate_that_cannot_hold_the_source_batch_is_one_line(capsys):
     assert len(err.splitlines()) == 1 and "give --batch-size too" in err
 
 
-def test_show_prints_the_world_size_note(capsys):
+def test_show_with_data_uses_the_shard_set_train_count(tiny_shards, capsys):
+    manifest = json.loads((tiny_shards / "manifest.json").read_text())
+    count = int(manifest["splits"]["train"]["num_samples"])
+    assert main(["--recipe", "ffcv-rn18-16", "--data", str(tiny_shards), "--batch-size", "8", "--show"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert count != N and d["train_samples"] == count and d["steps_per_epoch"] == count // 8
+
+
+def test_show_prints_the_world_size_note_and_uses_the_data_train_count(tmp_path, capsys):
     assert main(["--recipe", "ffcv-rn18-16", "--world-size", "8", "--show"]) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith("note: ffcv-rn18-16 on 8 GPU(s): the source's global batch 1024 as 8 x 128")
     assert json.loads(captured.out)["train_samples"] == N
+    data = tmp_path / "shards"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    assert main(["--recipe", "ffcv-rn18-16", "--data", str(data), "--show"]) == 2  # an unreadable manifest: one line
+    assert capsys.readouterr().err.startswith("error: cannot read the manifest")
 
 
 def test_unknown_recipe_is_one_line_listing_the_known_ones(capsys):
