@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownRecipe, TrainError) as e:
         print(f"error: {storage.redact(e)}", file=sys.stderr, flush=True)
         return 2
+    from imagenet_shards.train.trainer.recipe import ramp_warning
+    warning = ramp_warning(config)
+    if warning and (show or os.environ.get("RANK", "0") == "0"):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if show:  # with --data, for the shard set's own train count (its manifest); else ImageNet-1k's
         try:
             num_train = None

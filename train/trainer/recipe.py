@@ -28,7 +28,7 @@ import math
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.recipes import Recipe, get_recipe
 from imagenet_shards.train.trainer.config import TrainError, imagenet_1k_sizes
-from imagenet_shards.train.trainer.schedule import run_resolution, schedule_for
+from imagenet_shards.train.trainer.schedule import default_ramp, run_resolution, schedule_for
 
 
 def _same(a, b) -> bool:
@@ -124,6 +124,16 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
         "world_size": world_size, "batch_per_gpu": batch, "accumulate": accumulate, "global_batch": global_batch,
         "lr": lr, "keeps_source_global_batch": global_batch == source_global,
     }
+    retimed = int(kwargs["epochs"]) != int(recipe.value("epochs", kwargs["epochs"])) and "ramp_epochs" not in explicit
+    ramp = scaled_ramp(recipe, int(kwargs["epochs"])) if retimed else None
+    if ramp is not None and kwargs.get("end_res") is not None:
+        source_ramp = _plain(recipe.value("ramp_epochs"))
+        kwargs["ramp_epochs"] = ramp
+        scaling["ramp_epochs"] = {"source": source_ramp, "source_epochs": recipe.value("epochs"), "this_run": list(ramp),
+                                  "rule": recipe.ramp_rule.source}
+        said = (f"resolution ramp {source_ramp[0]},{source_ramp[1]} of {recipe.value('epochs')} epochs -> "
+                f"{ramp[0]},{ramp[1]} of {kwargs['epochs']} (the source's configs' rule)")
+        scaling["note"] = f"{scaling['note']}; {said}" if scaling["note"] else f"{recipe.name}: {said}"
     if recipe.ema_adjust and kwargs.get("ema"):
         raw = float(kwargs["ema"])
         kwargs["ema"] = adjusted_ema_decay(raw, global_batch=global_batch, every=int(kwargs.get("ema_every") or 1),
@@ -131,6 +141,29 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
         scaling.update(ema_decay=raw, ema_decay_adjusted=kwargs["ema"])
     kwargs.update(recipe=recipe.name, recipe_overrides=overrides, recipe_scaling=scaling)
     return kwargs
+
+
+def scaled_ramp(recipe: Recipe, epochs: int) -> tuple[int, int] | None:
+    """The progressive-resize ramp (start, end epoch) the source's own configs would give `epochs`
+    (`recipe.ramp_rule`), or None where the recipe has no such rule."""
+    if recipe.ramp_rule is None:
+        return None
+    start, end, offset = recipe.ramp_rule.value
+    a = max(0, math.floor(start * epochs) + offset)
+    return a, max(a, math.floor(end * epochs) + offset)
+
+
+def ramp_warning(config) -> str | None:
+    """One line when --end-res is set but no epoch of the run trains above --res's resolution
+    (the ramp starts at or after the last epoch), else None."""
+    if config.end_res is None or config.end_res == config.res:
+        return None
+    if any(run_resolution(config, e) != config.res for e in range(config.epochs)):
+        return None
+    ramp = tuple(config.ramp_epochs) if config.ramp_epochs else default_ramp(config.epochs)
+    return (f"--end-res {config.end_res} has no effect: the resolution ramp {ramp[0]},{ramp[1]} starts at or after "
+            f"the last of {config.epochs} epochs, so every epoch trains at --res {config.res}; set --ramp-epochs A,B "
+            f"with A < {config.epochs - 1}")
 
 
 def steps_per_epoch_for(config, *, world_size: int, num_train: int) -> int:

@@ -112,6 +112,43 @@ def test_ffcv_resolution_rounding_matches_numpy_at_every_epoch():
     assert show("--recipe", "ffcv-rn50-16")["res_at_epoch"][11:13] == [160, 192]
 
 
+def test_ffcv_ramp_rule_gives_every_published_ramp_and_scales_an_epochs_override(capsys):
+    # issue 29 row 8: the configs' own rule (3E/4 - 1, 7E/8 - 1) reproduces every yaml file's ramp
+    from imagenet_shards.train.trainer.recipe import scaled_ramp
+    for name, (epochs, start_ramp, end_ramp, *_) in FFCV.items():
+        assert scaled_ramp(get_recipe(name), epochs) == (start_ramp, end_ramp), name
+        for other, (e2, s2, t2, *_) in FFCV.items():  # any length's recipe, retimed to another length: that file's
+            if other[:9] == name[:9] and e2 != epochs:
+                d = show("--recipe", name, "--epochs", str(e2))
+                assert d["res_at_epoch"] == [ffcv_resolution(e, 160, 192, t2, s2) for e in range(e2)], (name, e2)
+                assert d["scaling"]["ramp_epochs"]["this_run"] == [s2, t2]
+    assert "ramp_epochs" not in show("--recipe", "ffcv-rn18-16", "--epochs", "16")["scaling"]  # not retimed
+    # the issue's repro: 4 epochs with --end-res 96 now ramps inside the run and says so in one line
+    assert main(["--recipe", "ffcv-rn18-16", "--epochs", "4", "--end-res", "96", "--show"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["res_at_epoch"] == [160, 160, 160, 96]
+    assert out.err.strip() == "note: ffcv-rn18-16: resolution ramp 11,13 of 16 epochs -> 2,2 of 4 (the source's configs' rule)"
+    # an explicit --ramp-epochs wins over the rule
+    assert show("--recipe", "ffcv-rn18-16", "--epochs", "8", "--ramp-epochs", "2,5")["res_at_epoch"] == [
+        ffcv_resolution(e, 160, 192, 5, 2) for e in range(8)]
+    # tv and rsb have no ramp: nothing scaled
+    assert "ramp_epochs" not in show("--recipe", "rsb-a3-rn50", "--world-size", "4", "--epochs", "10")["scaling"]
+
+
+def test_end_res_without_a_ramp_inside_the_run_is_a_warning(capsys):
+    assert main(["--recipe", "ffcv-rn18-16", "--ramp-epochs", "15,16", "--show"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["res_at_epoch"] == [160] * 16  # what will run
+    (line,) = [x for x in out.err.splitlines() if x.startswith("warning:")]
+    assert "--end-res 192 has no effect" in line and "--ramp-epochs" in line
+    assert main(["--recipe", "ffcv-rn18-16", "--ramp-epochs", "14,15", "--show"]) == 0  # epoch 15 at 192: a ramp
+    assert "warning" not in capsys.readouterr().err
+    assert main(["--epochs", "4", "--res", "64", "--end-res", "96", "--show"]) == 0  # no recipe: default ramp 2,3
+    assert "warning" not in capsys.readouterr().err
+    assert main(["--epochs", "2", "--res", "64", "--end-res", "96", "--show"]) == 0  # default ramp 1,1: none inside
+    assert "warning: --end-res 96 has no effect: the resolution ramp 1,1" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- torchvision
 
 def test_torchvision_v1_record_and_step_schedule_against_torch_steplr():
