@@ -145,6 +145,8 @@ def _ffcv(arch: str, epochs: int) -> Recipe:
         changes=CHANGES,
         data=_data(arch),
         ramp_rule=RAMP_RULE,
+        metric=Cited("val_top1", f"{SCRIPT}:403-404 the val top_1 is of logits(x) + logits(flip(x)) (lr_tta); no EMA: "
+                                 f"our val_top1 with flip TTA"),
     )
 
 

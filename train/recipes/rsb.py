@@ -93,6 +93,8 @@ A3 = Recipe(
     ),
     data="the original ImageNet JPEGs (see tv-rn50-v1)",
     absolute_lr_bounds=True,
+    metric=Cited("val_top1", f"{PAPER}: top-1 on ImageNet val at 224 px, single crop, no EMA (EMA ✗); the ReaL "
+                             f"figure (published_real_top1) is val_real_top1"),
     notes=("evaluate with --eval-real for the ReaL top-1 the released weights reach (84.48 %)",),
 )
 

@@ -139,6 +139,10 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
         kwargs["ema"] = adjusted_ema_decay(raw, global_batch=global_batch, every=int(kwargs.get("ema_every") or 1),
                                            epochs=int(kwargs["epochs"]))
         scaling.update(ema_decay=raw, ema_decay_adjusted=kwargs["ema"])
+    if "best_metric" not in explicit:  # the figure the source published, where this run computes it
+        metric = recipe.metric.value
+        computed = {"ema_val_top1": bool(kwargs.get("ema")), "val_real_top1": bool(kwargs.get("eval_real"))}.get(metric, True)
+        kwargs["best_metric"] = metric if computed else "val_top1"
     kwargs.update(recipe=recipe.name, recipe_overrides=overrides, recipe_scaling=scaling)
     return kwargs
 
@@ -198,6 +202,9 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         "published_real_top1": recipe.published["real_top1"].value if recipe and "real_top1" in recipe.published else None,
         "published_minutes": recipe.published["minutes"].value if recipe else None,
         "published_hardware": recipe.published["hardware"].value if recipe else None,
+        "published_metric": recipe.metric.value if recipe else None,
+        "published_metric_tta": bool(recipe.value("tta", False)) if recipe else None,
+        "best_metric": config.best_metric,
         "arch": config.arch,
         "epochs": config.epochs,
         "batch_size_per_gpu": config.batch_size,
@@ -247,4 +254,5 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
     if recipe:
         out["cites"]["world_size"] = recipe.world_size.source
         out["cites"]["scale_rule"] = recipe.scale_rule.source
+        out["published_cites"]["metric"] = recipe.metric.source
     return out

@@ -327,6 +327,26 @@ def test_show_prints_the_world_size_note_and_uses_the_data_train_count(tmp_path,
     assert capsys.readouterr().err.startswith("error: cannot read the manifest")
 
 
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_every_recipe_names_the_metric_its_published_figure_is(name):
+    r = get_recipe(name)
+    expected = "ema_val_top1" if name == "tv-rn50-v2" else "val_top1"  # v2: the post's '+ EMA' row
+    assert r.metric.value == expected and r.metric.source
+    d = show("--recipe", name)
+    assert d["published_metric"] == d["best_metric"] == expected
+    assert d["published_metric_tta"] is name.startswith("ffcv-")  # FFCV's figure is with flip TTA
+    assert d["published_cites"]["metric"] == r.metric.source
+
+
+def test_best_metric_falls_back_when_the_run_drops_its_part_and_refuses_an_impossible_one(tmp_path, capsys):
+    config, _, _ = config_from_argv(["--recipe", "tv-rn50-v2", "--ema", "0", "--show"])  # EMA off: raw model
+    assert config.best_metric == "val_top1"
+    config, _, _ = config_from_argv(["--recipe", "tv-rn50-v2", "--best-metric", "val_top1", "--show"])
+    assert config.best_metric == "val_top1"  # an explicit choice wins
+    assert main(["--out", str(tmp_path / "r"), "--synthetic-data", "--best-metric", "ema_val_top1"]) == 2
+    assert "--best-metric ema_val_top1 needs --ema" in capsys.readouterr().err
+
+
 def test_unknown_recipe_is_one_line_listing_the_known_ones(capsys):
     assert main(["--recipe", "ffcv-rn50-17", "--show"]) == 2
     err = capsys.readouterr().err.strip()
