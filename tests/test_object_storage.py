@@ -1,5 +1,5 @@
 """Object storage end to end, against real servers on 127.0.0.1 (tests/fixtures/servers.py):
-prepare-shards -> moto S3 -> audit-shards -> the loader, the same over plain HTTP, interrupted
+prepare-shards -> S3 (SeaweedFS) -> audit-shards -> the loader, the same over plain HTTP, interrupted
 uploads, injected faults, and no credentials anywhere they should not be."""
 
 from __future__ import annotations
@@ -287,11 +287,11 @@ def test_prepare_audit_load_from_a_bucket(bucket, archives, local_shards, local_
 
 @pytest.mark.timeout(120)
 def test_loader_from_s3_through_faults_with_botocore_retries_off(s3, archives, local_shards, local_epochs,
-                                                                 moto_endpoint):
+                                                                 s3_endpoint):
     out = s3.url("faulty")
     assert prepare_main(source_args(archives) + ["--out", out]) == 0
     plan = FaultPlan(error_every=10, reset_every=4, delay_every=5, delay_s=0.02)
-    with fault_proxy(moto_endpoint, plan) as proxy:
+    with fault_proxy(s3_endpoint, plan) as proxy:
         storage.set_options("s3", {"endpoint_url": proxy, "config_kwargs": {"retries": {"max_attempts": 1}}})
         expect_exactly_once(out, local_shards, local_epochs)
     assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
