@@ -419,3 +419,38 @@ def test_no_credentials_in_manifests_logs_metrics_or_errors(s3, archives, tmp_pa
     haystack += [p.read_bytes().decode("latin-1") for p in run.rglob("*") if p.is_file()]  # metrics, checkpoints
     for secret in FAKE_CREDENTIALS:
         assert not [i for i, text in enumerate(haystack) if secret in text], secret
+
+
+# ----------------------------------------------------------------------------- the shaped link
+
+@pytest.mark.timeout(60)
+def test_shaped_link_adds_its_round_trip_and_caps_each_connection(tmp_path):
+    """Lower bounds only (a busy machine can only make things slower): a new connection's first
+    response takes two round trips (handshake, request), a kept-alive one's one; a body no faster
+    than the cap; and a link left open stops by itself after its lifetime."""
+    import http.client
+
+    from tests.fixtures.shaped_link import shaped_link
+
+    (tmp_path / "blob").write_bytes(os.urandom(3 << 20))
+    with serve_http(tmp_path) as base, shaped_link(base, rtt_s=0.05, bandwidth=20e6) as link:
+        host, port = link.url.split("://")[1].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        timings = []
+        for rng in ("bytes=0-9", "bytes=0-9", None):
+            t0 = time.monotonic()
+            conn.request("GET", "/blob", headers={"Range": rng} if rng else {})
+            body = conn.getresponse().read()
+            timings.append(time.monotonic() - t0)
+        conn.close()
+        assert len(body) == 3 << 20
+        assert timings[0] >= 0.1 and timings[1] >= 0.05 and timings[2] >= 0.05 + (3 << 20) / 20e6
+        assert link.stats.connections == 1 and link.stats.down_bytes >= 3 << 20
+        assert link.stats.held_high <= 8 << 20
+    with serve_http(tmp_path) as base, shaped_link(base, rtt_s=0.0, bandwidth=None, lifetime_s=0.3) as link:
+        time.sleep(0.6)
+        host, port = link.url.split("://")[1].split(":")
+        with pytest.raises(OSError):
+            c = http.client.HTTPConnection(host, int(port), timeout=5)
+            c.request("GET", "/blob")
+            c.getresponse().read()
