@@ -25,7 +25,7 @@ import collections
 import io
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from imagenet_shards.pipeline.storage.retry import call, redact

@@ -145,7 +145,6 @@ class ShardDataset(IterableDataset):
                            strict=self.strict, shared=info is not None, aug=aug,
                            ring=self._ring if info is not None else None, start=start, refill=refill)
 
-
     def _publishing(self, records, row: int):
         """`records`, copying this worker's read counters into ``store[row]`` whenever they change."""
         c, seen = self._counters, -1
