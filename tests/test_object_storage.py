@@ -247,10 +247,14 @@ def test_audit_over_http_with_faults(local_shards):
 
 # ----------------------------------------------------------------------------- the loader
 
-def loader_epoch(data: str, split: str, *, workers: int = 2, **kw) -> tuple[torch.Tensor, torch.Tensor]:
-    """One eval-mode epoch (centre crops, a fixed order for a given worker count), as (images, labels)."""
+def loader_epoch(data: str, split: str, *, workers: int = 2, loaders: list | None = None,
+                 **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """One eval-mode epoch (centre crops, a fixed order for a given worker count), as (images, labels).
+    `loaders`, if given, gets the loader (for its store_stats)."""
     ld = D.make_loader(data, split, 4, train=False, workers=workers, val_resize=40, val_crop=32, **kw)
     images, labels = zip(*ld)
+    if loaders is not None:
+        loaders.append(ld)
     return torch.cat(images), torch.cat(labels)
 
 
@@ -266,15 +270,21 @@ def local_epochs(local_shards) -> dict:
             for split in ("train", "val")}
 
 
+def expect_the_local_epochs(data: str, local_epochs: dict, **kw) -> None:
+    """The loader's epochs of both splits from `data` are the local ones, in order, pixel for pixel."""
+    for split in ("train", "val"):
+        (want_images, want_labels), _ = local_epochs[split]
+        images, labels = loader_epoch(data, split, **kw)
+        assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
+
+
 def expect_exactly_once(data: str, local_shards: Path, local_epochs: dict, **kw) -> None:
     """Every sample of both splits, once each, in the same order and pixel for pixel as read locally."""
     m = manifest_of(local_shards)
     for split in ("train", "val"):
-        (want_images, want_labels), want_keys = local_epochs[split]
         keys = keys_read(data, split)
-        assert keys == want_keys and len(set(keys)) == len(keys) == m["splits"][split]["num_samples"]
-        images, labels = loader_epoch(data, split, **kw)
-        assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
+        assert keys == local_epochs[split][1] and len(set(keys)) == len(keys) == m["splits"][split]["num_samples"]
+    expect_the_local_epochs(data, local_epochs, **kw)
 
 
 @pytest.mark.timeout(120)
@@ -468,12 +478,11 @@ def test_loader_through_a_shaped_link_with_default_settings_delivers_every_sampl
 
     out = s3.url("far")
     assert prepare_main(source_args(archives) + ["--out", out]) == 0
+    loaders = []
     with shaped_link(s3_endpoint, rtt_s=0.04, bandwidth=80e6) as link:
         storage.set_options("s3", {"endpoint_url": link.url})
-        expect_exactly_once(out, local_shards, local_epochs)
-        ld = D.make_loader(out, "val", 4, train=False, workers=2, val_resize=40, val_crop=32)
-        assert sum(len(labels) for _, labels in ld) == manifest_of(local_shards)["splits"]["val"]["num_samples"]
-    st = ld.store_stats()
+        expect_the_local_epochs(out, local_epochs, loaders=loaders)  # each sample once, as locally
+    st = loaders[1].store_stats()
     val_bytes = sum(sh["bytes"] for sh in manifest_of(local_shards)["splits"]["val"]["shards"])
     # each worker reads whole chunks of the shards its pieces touch: a shard split between the two is read twice
     assert val_bytes <= st["bytes"] <= 2 * val_bytes
@@ -491,8 +500,7 @@ def test_read_ahead_in_small_chunks_is_exact_through_faults(s3, s3_endpoint, arc
     plan = FaultPlan(error_every=9, reset_every=5, delay_every=4, delay_s=0.01)
     with fault_proxy(s3_endpoint, plan) as proxy:
         storage.set_options("s3", {"endpoint_url": proxy, "config_kwargs": {"retries": {"max_attempts": 1}}})
-        expect_exactly_once(out, local_shards, local_epochs,
-                            readahead=storage.ReadAheadPolicy(chunk_bytes=16 << 10, ahead=3))
+        expect_the_local_epochs(out, local_epochs, readahead=storage.ReadAheadPolicy(chunk_bytes=16 << 10, ahead=3))
     assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
 
 

@@ -9,7 +9,8 @@ across object boundaries: the next shard's first chunks are in flight while this
 A chunk takes RTT + chunk/bandwidth; ``ahead`` of them in parallel give, at RTT 80 ms and 50 MB/s,
 6 x 4 MiB / (80 ms + 84 ms) ~ 150 MB/s per worker, and at 20 ms / 100 MB/s ~ 400 MB/s: the
 defaults need no tuning in that range. Memory: at most ``(ahead + 1) x chunk_bytes`` per sequence
-(28 MiB by default): the chunks in flight or fetched, and the one being read.
+(28 MiB by default): the chunks in flight or fetched, and the one being read (plus, for a moment,
+ranges already on the wire for a reader that closed early: they finish and are dropped).
 
 Each chunk is one ranged read through the one retry loop (``retry.call``): a transient error or a
 short body (a connection cut mid-way) fetches that range again, so the bytes handed out are the
