@@ -2,6 +2,7 @@
 
     python bench/bench_storage.py WORK [--batches 20] [--warmup 3] [--workers 2] [--batch-size 64]
                                        [--litdata-python PATH] [--json]
+    python bench/bench_storage.py WORK --raw     # only the raw read rates: read-ahead vs one stream per shard
 
 One run, the same shards everywhere (docs/storage.md and docs/benchmarks.md paste its table):
 1. **data** (WORK/src, WORK/shards; reused while the arguments match): ``make-synthetic-imagenet
@@ -215,6 +216,51 @@ def litdata_rows(python: str | None, work: Path, shards: Path, client, links, ar
     return rows
 
 
+# ----------------------------------------------------------------------------- raw reads (no decode)
+
+def raw_reads(data: str, shards_bytes: list[tuple[str, int]]) -> dict:
+    """MB/s of one reader taking every shard once, nothing decoded: through the read-ahead (the
+    loader's default policy) and as one sequential stream per shard (``storage.open_url``, 1 MiB reads)."""
+    out = {}
+    t0 = time.perf_counter()
+    counters = storage.ReadCounters()
+    with storage.ReadAhead(shards_bytes, counters=counters) as ahead:
+        for i in range(len(shards_bytes)):
+            with ahead.open(i) as f:
+                while f.read(1 << 20):
+                    pass
+    seconds = time.perf_counter() - t0
+    out["read-ahead"] = {"mb_per_s": counters.bytes / seconds / 1e6, "requests": counters.requests,
+                         "high_mib": counters.held_high / 2**20}
+    t0, n = time.perf_counter(), 0
+    for url, _ in shards_bytes:
+        with storage.open_url(url) as f:
+            while chunk := f.read(1 << 20):
+                n += len(chunk)
+    out["one stream per shard"] = {"mb_per_s": n / (time.perf_counter() - t0) / 1e6}
+    return out
+
+
+def run_raw(args, say) -> dict:
+    """``--raw``: only the raw read rates, on each shaped link."""
+    work = Path(args.work)
+    shards = make_data(work, say)
+    m = json.loads((shards / "manifest.json").read_text())
+    os.environ.update(AWS_ACCESS_KEY_ID=FAKE_CREDENTIALS[0], AWS_SECRET_ACCESS_KEY=FAKE_CREDENTIALS[1],
+                      AWS_DEFAULT_REGION="us-east-1")
+    rows = {}
+    with seaweedfs(root=str(work)) as endpoint:
+        upload(shards, s3_client(endpoint))
+        objects = [(f"s3://{BUCKET}/shards/{s['url']}", s["bytes"]) for s in m["splits"]["train"]["shards"]]
+        for name, rtt, bw in LINKS[1:]:
+            with shaped_link(endpoint, rtt_s=rtt, bandwidth=bw) as link:
+                storage.set_options("s3", {"endpoint_url": link.url})
+                say(f"raw reads, {name}")
+                rows[name] = raw_reads(f"s3://{BUCKET}/shards", objects)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "argv": sys.argv[1:], "load_avg": os.getloadavg(), "mb": sum(b for _, b in objects) / 1e6, "raw": rows}
+
+
 # ----------------------------------------------------------------------------- the run
 
 def run(args, say) -> dict:
@@ -310,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers per loader (default 2)")
     p.add_argument("--batch-size", type=int, default=64, help="default 64")
     p.add_argument("--litdata-python", help="a Python with litdata installed that also sees this project")
+    p.add_argument("--raw", action="store_true",
+                   help="only the raw read rates (one reader, nothing decoded): read-ahead against one stream per shard")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of markdown")
     return p
 
@@ -320,6 +368,9 @@ def main(argv=None) -> int:
         print("error: --batches, --warmup, --workers and --batch-size must be >= 1", file=sys.stderr)
         return 2
     say = (lambda msg: print(f"[bench-storage] {msg}", file=sys.stderr, flush=True))
+    if args.raw:
+        print(json.dumps(run_raw(args, say), indent=1))
+        return 0
     result = run(args, say)
     print(json.dumps(result, indent=1) if args.json else markdown(result))
     return 0
