@@ -130,3 +130,27 @@ def test_over_http_through_faults_the_bytes_are_exact(tmp_path):
             got = [read_all(ahead, i, block=100_000) for i in range(3)]
     assert got == list(data.values()) and plan.faults >= 3
     assert storage.read_range(str(tmp_path / "1.bin"), 5, 9) == data["1.bin"][5:9]
+
+
+def test_the_loaders_pieces_read_ahead_are_the_pieces_read_in_one_stream(tmp_path):
+    """read_pieces with read-ahead gives exactly the records of plain streaming: pieces that start
+    and stop mid-shard, a piece skipped whole (never opened) and skipped samples (a resumed epoch)."""
+    import json
+
+    from imagenet_shards.train import loader as D
+    from tests.fixtures.loader import write_shard_set
+
+    local = write_shard_set(tmp_path / "set", val=45, shard_samples=10, size=(40, 30))
+    m = json.loads((local / "manifest.json").read_text())
+    pieces = [D.Piece(0, 3, 10), D.Piece(2, 0, 10), D.Piece(1, 0, 7), D.Piece(4, 0, 5), D.Piece(3, 2, 9)]
+    skip = set(range(7, 17)) | {20, 21, 30}  # all of the second piece, and a few more
+    with serve_http(local) as base:
+        shards = D.split_shards(m, base, "val")
+        sizes = [s["bytes"] for s in m["splits"]["val"]["shards"]]
+        counters = storage.ReadCounters()
+        ahead = list(D.read_pieces(shards, pieces, skip=skip, readahead=ReadAheadPolicy(chunk_bytes=4096, ahead=3),
+                                   shard_bytes=sizes, counters=counters))
+        plain = list(D.read_pieces(shards, pieces, skip=skip))
+    assert ahead == plain and len(ahead) == sum(p.stop - p.start for p in pieces)
+    assert sum(r is D.SKIPPED for r in ahead) == len(skip)
+    assert counters.requests > len(pieces) and counters.held_high <= 4 * 4096
