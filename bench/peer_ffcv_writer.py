@@ -8,6 +8,7 @@ order), ``out`` (a scratch folder), ``workers``, ``rounds``, ``write``. Prints o
 ``{"runs": [[{"folder", "images", "wall_s", "cpu_s", "bytes"}, ...] per round]}`` or ``{"error": ...}``.
 Timing is ``train/bench/timing.py``'s process-tree CPU time, the same code as our rows.
 Ends with ``os._exit``: FFCV's writer pool can hang at interpreter exit when pinned to one core.
+It lives here, not beside train/bench/peer_ffcv.py: that package holds only what bench-loader runs.
 """
 
 from __future__ import annotations

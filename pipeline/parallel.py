@@ -26,6 +26,16 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def pool_size(workers: int | None) -> int:
+    """The processes `workers` asks for (pipeline/console.py has the rule): None all cores, 0 or 1 this
+    process alone; ValueError for a negative number (once it silently meant one)."""
+    if workers is None:
+        return default_workers()
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0 (0: none, the work runs in this process), got {workers}")
+    return max(1, workers)
+
+
 def _worker_start() -> None:
     """Each worker's set-up: die with the parent, and on SIGINT/SIGTERM quietly."""
     default_in_workers()
@@ -56,10 +66,10 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 def run_jobs(fn: Callable, jobs: Sequence[tuple], *, workers: int | None = None) -> Iterator[tuple[int, object]]:
     """Yield ``(i, fn(*jobs[i]))`` for every job, in completion order.
 
-    ``workers``: processes to use (default: all cores), never more than there are jobs; 1 runs
-    the jobs here, in order. An exception in a job propagates, and, like any early stop, cancels the
+    ``workers``: processes to use (`pool_size`: default all cores), never more than there are jobs;
+    0 or 1 runs the jobs here, in order. An exception in a job propagates, and, like any early stop, cancels the
     jobs not started and kills the running ones (`_stop`)."""
-    workers = max(1, min(workers or default_workers(), len(jobs) or 1))
+    workers = max(1, min(pool_size(workers), len(jobs) or 1))
     if workers == 1:
         for i, args in enumerate(jobs):
             yield i, fn(*args)
@@ -81,7 +91,7 @@ def run_stream(fn: Callable, jobs: Iterable[tuple], *, workers: int | None = Non
     (default 2 x workers) submitted and not yet yielded: for a stream of jobs too long to list, made
     while it is read (prepare's one pass over a .tar.gz). 1 worker runs them here. An early stop
     cancels and kills as in `run_jobs`."""
-    workers = max(1, workers or default_workers())
+    workers = pool_size(workers)
     if workers == 1:
         for args in jobs:
             yield fn(*args)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up: .venv, the package with extras, and pillow-simd as the imported PIL.
 # Usage: scripts/bootstrap.sh [EXTRAS]   (default "test"; e.g. "test,s3")
-# Re-runs are no-ops unless pyproject.toml, setup.py, the C decoder, this script or the extras changed.
+# Re-runs are no-ops unless pyproject.toml, setup.py, a file of the C folder (pipeline/native/), this script
+# or the extras changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -9,7 +10,9 @@ PYTHON=${PYTHON:-python3}
 EXTRAS=${1:-test}
 say() { printf '[setup] %s\n' "$*" >&2; }
 
-stamp_key=$( (cat pyproject.toml setup.py train/loader/_jpegcrop.c scripts/bootstrap.sh; echo "extras=$EXTRAS") | sha256sum | cut -c1-16)
+# the whole C folder (every file, in name order, with its name): a change to any source or header rebuilds
+stamp_key=$( (cat pyproject.toml setup.py scripts/bootstrap.sh; for f in pipeline/native/*; do [ ! -f "$f" ] || { echo "$f"; cat "$f"; }; done
+              echo "extras=$EXTRAS") | sha256sum | cut -c1-16)
 stamp="$VENV/.imagenet-shards-$stamp_key"
 if [ -f "$stamp" ]; then exit 0; fi
 

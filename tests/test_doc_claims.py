@@ -119,6 +119,16 @@ def all_parsers() -> dict[str, object]:
     return out
 
 
+def action_default(command: str, action):
+    """What a flag defaults to: argparse's default, or for train-imagenet, whose parser holds none (a
+    parse returns only the flags given), TrainConfig's (`trainer.flags.defaults`)."""
+    if command == "train-imagenet":
+        from imagenet_shards.train.trainer.flags import defaults
+
+        return defaults().get(action.dest)
+    return action.default
+
+
 def same_value(text: str, default) -> bool:
     """Whether a default as the docs write it (`5e-5`, `longer:500`, `16`) is the parser's value."""
     if isinstance(default, (int, float)) and not isinstance(default, bool):
@@ -135,16 +145,17 @@ def test_help_states_each_default_as_the_parser_has_it():
     for command, parser in all_parsers().items():
         for action in parser._actions:
             m = re.search(r"\(default ([\w.:+-]+)[);,]", action.help or "")
-            if m and action.default is not None and not isinstance(action.default, bool) \
-                    and not same_value(m.group(1), action.default):
-                wrong.append(f"{command} {action.option_strings}: help says {m.group(1)}, default is {action.default!r}")
+            default = action_default(command, action)
+            if m and default is not None and not isinstance(default, bool) and not same_value(m.group(1), default):
+                wrong.append(f"{command} {action.option_strings}: help says {m.group(1)}, default is {default!r}")
     assert not wrong, wrong
 
 
 def test_training_md_synopsis_and_defaults_table_state_the_parsers_defaults():
     from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS
 
-    defaults = {a.option_strings[0]: a.default for a in all_parsers()["train-imagenet"]._actions if a.option_strings}
+    defaults = {a.option_strings[0]: action_default("train-imagenet", a)
+                for a in all_parsers()["train-imagenet"]._actions if a.option_strings}
     defaults["--warmup-epochs"] = DEFAULT_WARMUP_EPOCHS  # resolved when the run starts (TrainConfig)
     text = (REPO / "docs" / "training.md").read_text()
     synopsis = next(body for doc, _, info, body in fenced_blocks() if doc.name == "training.md" and info == "text")
@@ -169,7 +180,7 @@ def test_prose_defaults_are_the_parsers():
     for command, parser in all_parsers().items():
         for action in parser._actions:
             for flag in action.option_strings:
-                owners.setdefault(flag, []).append(action.default)
+                owners.setdefault(flag, []).append(action_default(command, action))
     claims = [(doc.name, flag, value) for doc in DOCS
               for flag, value in re.findall(r"`(--[a-z][\w-]*) ([\w.:-]+)`\s*\(default", doc.read_text())]
     assert claims  # e.g. prepare.md's `--resize longer:500` (default; ...)
@@ -229,7 +240,7 @@ def test_readme_names_every_module_where_it_lives():
             if row is None:
                 wrong.append(f"no row for {top}/{folder.name}/")
                 continue
-            named = set(re.findall(r"`(\w+)(?:\.c|/)?`", row))
+            named = _named(row)
             for f in sorted(folder.rglob("*")):
                 if f.suffix in (".py", ".c") and f.stem not in ("__init__", "__main__") or f.is_dir() and (f / "__init__.py").exists():
                     if f.name != "__pycache__" and f.stem not in named:
@@ -239,7 +250,92 @@ def test_readme_names_every_module_where_it_lives():
     for f in sorted((REPO / "pipeline").glob("*.py")):
         if f.stem != "__init__" and f"pipeline/{f.name}" not in rows:
             wrong.append(f"no row for pipeline/{f.name}")
+    for folder in FOLDERS_NOT_PACKAGES:  # every file and subfolder in them, named
+        row = rows.get(f"{folder}/")
+        if row is None:
+            wrong.append(f"no row for {folder}/")
+            continue
+        here = {f.stem for f in (REPO / folder).iterdir() if f.name != "__pycache__" and ".so" not in f.suffixes}
+        wrong += [f"{folder}/{name} is not named in README's row for {folder}/" for name in sorted(here - _named(row))]
+        wrong += [f"README's row for {folder}/ names `{name}`, which is not there" for name in sorted(_named(row) - here)]
     assert not wrong, wrong
+
+
+def _pipeline_imports() -> dict[str, set[str]]:
+    """Module of pipeline/ -> the modules of pipeline/ it imports, anywhere in its file (a function's
+    deferred import counts: it is the same arrow, only later)."""
+    import ast
+
+    files = {}
+    for f in (REPO / "pipeline").rglob("*.py"):
+        parts = ("imagenet_shards", "pipeline", *f.relative_to(REPO / "pipeline").with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    edges = {m: set() for m in files}
+    for m, f in files.items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in files or isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+                if isinstance(node, ast.Import):
+                    targets = [n for n in names if n in files]
+                else:  # `from P import sub` names the submodule, `from P import name` the module P
+                    targets = [t for n in names if (t := f"{node.module}.{n}") in files] or [node.module]
+                edges[m].update(t for t in targets if t != m)
+    return edges
+
+
+def test_no_two_pipeline_modules_import_each_other():
+    """README: data flows one way. No import circle among pipeline/'s modules (prepare's finalize and
+    split_checks once met through PrepareError; it has its own module, prepare/errors.py, now)."""
+    edges = _pipeline_imports()
+    circles, seen = [], set()
+
+    def walk(m, path):
+        for t in sorted(edges[m]):
+            if t in path:
+                circles.append(" -> ".join(path[path.index(t):] + [t]))
+            elif t not in seen:
+                walk(t, path + [t])
+        seen.add(m)
+
+    for m in sorted(edges):
+        if m not in seen:
+            walk(m, [m])
+    assert not circles, circles
+
+
+# The folders that are not Python packages but a home each: the C sources, the benchmarks, the scripts
+FOLDERS_NOT_PACKAGES = ("pipeline/native", "bench", "scripts", "scripts/gpu_check")
+
+
+def _named(row: str) -> set[str]:
+    """The file and folder names a README row gives in backticks (`decode`, `_jpegcrop.c`, `gpu_check/`)."""
+    return set(re.findall(r"`(\w+)(?:\.c|\.h|\.sh|/)?`", row))
+
+
+def test_bench_loader_package_holds_only_what_bench_loader_runs():
+    """train/bench/ is the installed bench-loader: each module in it is imported (through the package
+    or, in a peer's environment, by path) from its CLI or is a peer script the CLI starts; every other
+    benchmark lives in bench/."""
+    import ast
+
+    from imagenet_shards.train.bench.peers import PEERS
+    folder = REPO / "train" / "bench"
+    modules = {f.stem for f in folder.glob("*.py")} - {"__init__"}
+    reached, todo = set(), ["run", *(p.script.stem for p in PEERS)]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "imagenet_shards.train.bench":
+                    todo += [a.name for a in node.names if a.name in modules]
+                elif node.module.startswith("imagenet_shards.train.bench."):
+                    todo.append(node.module.rsplit(".", 1)[1])
+                elif node.module in modules:  # a peer script's import by path
+                    todo.append(node.module)
+    assert reached <= modules and modules - reached == set(), sorted(modules - reached)
 
 
 def test_readme_shows_the_line_doctor_prints():

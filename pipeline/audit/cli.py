@@ -13,7 +13,7 @@ from collections import Counter
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport
 from imagenet_shards.pipeline.audit.run import audit
-from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.console import WORKERS_RULE, OneLineParser, worker_count
 from imagenet_shards.pipeline.interrupts import run_cli
 
 MAX_LISTED = 200  # on stdout; --json always has every problem
@@ -31,13 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also decode every image fully (RGB, 8-bit, 3 channels, size as in its json)")
     p.add_argument("--splits", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help="comma-separated splits to audit (default: all in the manifest)")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
+    p.add_argument("--workers", type=worker_count, default=None, metavar="N",
+                   help=f"processes (default: one per CPU; {WORKERS_RULE})")
     p.add_argument("--json", dest="json_out", metavar="REPORT.json",
                    help="also write the full report (every problem with shard, key, kind, detail) here")
     p.add_argument("--expect", metavar="NAME",
                    help="compare with a known dataset: imagenet-1k (class table, totals and class counts), or a "
                         "label space (imagenet-22k, imagenet-12k, imagenet-21k-goog, imagenet-21k-miil, "
-                        "imagenet-21k-miil-w21: the class table is the space's, so every .cls is its WNID's index)")
+                        "imagenet-21k-miil-w21: the class table is the space's, so every .cls is its WNID's index); "
+                        "default: the label space the manifest records, its class table only (imagenet-1k's counts "
+                        "are checked only when named)")
     p.add_argument("--quiet", action="store_true", help="no progress bar; print only problems and the result")
     storage.add_storage_option(p)
     return p
@@ -94,9 +97,6 @@ def main(argv=None) -> int:
 
 def _main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        print("audit-shards: error: --workers must be at least 1", file=sys.stderr)
-        return 2
     if args.json_out and storage.is_remote(args.json_out):  # refused before the audit, not after it
         print(f"audit-shards: error: --json takes a local path, not a URL ({storage.redact(args.json_out)}): "
               "write the report here, then copy it", file=sys.stderr)

@@ -20,13 +20,23 @@ from imagenet_shards.pipeline.format.subset import CLASS_SUBSET_SPLITS, describe
 PLAN_REASONS = ("duplicate_key", "no_label", "unsafe_key", "not_a_regular_file")
 
 
-def load_expect(name: str) -> tuple[dict, list[str]]:
+def recorded_expect(m: dict) -> str | None:
+    """The default --expect: the label space the manifest records (`label_space.name`), when it is a
+    known one (not `present` or `file`, which have no table of their own to compare with), else None."""
+    from imagenet_shards.pipeline.format.label_spaces import known_names
+
+    name = (m.get("label_space") or {}).get("name") if isinstance(m.get("label_space"), dict) else None
+    return name if name in known_names() else None
+
+
+def load_expect(name: str, *, counts: bool = True) -> tuple[dict, list[str]]:
     """(facts, WNIDs in label order) of a known dataset for --expect: imagenet-1k's published counts,
     or a label space of manifests/label-spaces, whose facts are its class table only (the full
-    release's per-class counts are not published, so no count is checked)."""
+    release's per-class counts are not published, so no count is checked). `counts=False`: the
+    class table only, imagenet-1k's too (the default --expect: a subset or a small copy is no error)."""
     from imagenet_shards.pipeline.format.label_spaces import known_names, label_space
 
-    if name == "imagenet-1k":
+    if name == "imagenet-1k" and counts:
         from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
 
         return imagenet_1k_facts(), [c.wnid for c in imagenet_1k_classes()]

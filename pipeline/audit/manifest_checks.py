@@ -9,6 +9,7 @@ from collections import Counter
 
 from imagenet_shards.pipeline.audit.checks import TEST_SPLIT
 from imagenet_shards.pipeline.audit.report import Problem
+from imagenet_shards.pipeline.format.label_spaces import list_sha256
 from imagenet_shards.pipeline.format.manifest import LEFT_OUT, info_json, wids_index
 
 
@@ -111,6 +112,26 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
             if totals.get(k) != v:
                 bad(f"totals.{k} is {totals.get(k)}, the splits add up to {v}", "manifest_inconsistent")
     return out, usable
+
+
+def check_label_space(m: dict) -> list[Problem]:
+    """The class table against the label space the manifest records (`label_space.{name,sha256}`):
+    the table, one WNID a line in label order, must hash to the recorded sha256 (format.label_spaces.
+    list_sha256), so a table edited, cut or reordered after the run is caught even where its .cls
+    and json agree with it. A manifest that records no label space (an ILSVRC run) has nothing to check."""
+    ls = m.get("label_space")
+    if ls is None:
+        return []
+    if not (isinstance(ls, dict) and isinstance(ls.get("name"), str) and _is_hex(ls.get("sha256"), 64)):
+        return [Problem("manifest_schema", "manifest.json", None, "'label_space' lacks name or sha256")]
+    classes = m["classes"]  # check_manifest vouched for it
+    got = list_sha256(c["wnid"] for c in classes)
+    if got == ls["sha256"]:
+        return []
+    return [Problem("label_space_mismatch", "manifest.json", None,
+                    f"the class table ({len(classes)} classes) hashes to sha256 {got}, but the manifest records "
+                    f"label space {ls['name']} ({ls.get('num_classes', '?')} classes) as sha256 {ls['sha256']}: "
+                    "the labels are not the recorded space's")]
 
 
 def _short_class_faults(s: dict) -> list[str]:

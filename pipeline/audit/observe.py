@@ -58,7 +58,7 @@ def decode_image(data: bytes) -> tuple[tuple | None, str | None]:
     A JPEG is first read by libjpeg itself through prepare-shards' own check (``_jpegtran.check``,
     when built): it entropy-decodes every block and reports what Pillow drops, libjpeg's warnings
     about damaged data (it pads with grey and only warns), as ``corrupt: libjpeg: <its message>``.
-    The rule of which warnings count is prepare's (pipeline/format/jpeg_warnings.h). A JPEG that
+    The rule of which warnings count is prepare's (pipeline/native/jpeg_errors.h). A JPEG that
     check reads cleanly is not decoded a second time (Pillow reads its header for the format, mode
     and size)."""
     from PIL import Image, ImageFile, UnidentifiedImageError

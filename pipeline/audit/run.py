@@ -30,10 +30,11 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.audit.checks import check_shard, sample_wnid
 from imagenet_shards.pipeline.audit.duplicates import (KeyColumn, duplicate_warnings, find_duplicate_content,
                                                        find_duplicate_keys, key_hashes, pack_keys)
-from imagenet_shards.pipeline.audit.expect import check_expect, load_expect
+from imagenet_shards.pipeline.audit.expect import check_expect, load_expect, recorded_expect
 from imagenet_shards.pipeline.audit.holdout import check_holdout
 from imagenet_shards.pipeline.audit.manifest_checks import (check_class_counts, check_extra_files,
-                                                            check_format_counts, check_manifest, check_side_files)
+                                                            check_format_counts, check_label_space, check_manifest,
+                                                            check_side_files)
 from imagenet_shards.pipeline.audit.observe import observe_shard
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport, Problem
 from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, samples_in_tar, shard_url
@@ -148,11 +149,14 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
 
     Returns the report (problems with severity "error" mean the set is not intact; "warning"s,
     such as duplicate image content, do not). Raises AuditError when the audit cannot run.
+    `expect` None: the label space the manifest records, if a known one (its class table only).
     """
     t0 = time.monotonic()
     data = str(data)
     m = load_manifest(data)
-    facts = load_expect(expect) if expect else None
+    default_expect = recorded_expect(m) if expect is None else None
+    facts = load_expect(expect) if expect else load_expect(default_expect, counts=False) if default_expect else None
+    expect = expect or default_expect
     problems, usable = check_manifest(m)
     have = sorted(m["splits"]) if isinstance(m.get("splits"), dict) else []
     splits = list(have if splits is None else splits)
@@ -164,6 +168,7 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
 
     sound = set(have) <= usable and not any(p.kind == "manifest_schema" for p in problems)
     if sound:
+        problems += check_label_space(m)
         info = _read_json(storage.join(data, "_info.json"))
         problems += check_side_files(m, info, {s: _read_json(storage.join(data, f"{s}.wids.json")) for s in have})
     jobs = [(split, entry) for split in splits if split in usable for entry in m["splits"][split]["shards"]]

@@ -27,6 +27,7 @@ PRESENT = "present"  # the sources' own WNIDs, sorted (what labels were before l
 FILE = "file"  # the name a label space read from a user's file is recorded under
 DEFAULT_DATASET = "imagenet1k"  # manifest name and shard prefix of ImageNet-1k-like sets
 FULL_DATASET = "imagenet21k"  # ... and of a full-release set labelled by `present` or a FILE
+RELEASE_SPACE = "imagenet-22k"  # the full releases' published space (fall11's synsets; winter21's are a subset)
 
 
 class LabelSpaceError(ValueError):
@@ -152,3 +153,10 @@ def wnid_lemmas() -> dict[str, str]:
 def is_imagenet_1k(wnids) -> bool:
     """Whether every WNID is an ImageNet-1k class (ILSVRC-like sources, as opposed to a full release)."""
     return set(wnids) <= set(label_space("imagenet-1k").wnids)
+
+
+def is_full_release(wnids) -> bool:
+    """Whether sources holding `wnids` are (part of) a full ImageNet release: some WNID is a fall11
+    synset beyond ImageNet-1k's (the ILSVRC2012 archives hold only ImageNet-1k classes)."""
+    beyond = set(label_space(RELEASE_SPACE).wnids) - set(label_space("imagenet-1k").wnids)
+    return not is_imagenet_1k(wnids) and not beyond.isdisjoint(wnids)

@@ -19,7 +19,7 @@ import sys
 import textwrap
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.console import WORKERS_RULE, OneLineParser, worker_count
 from imagenet_shards.pipeline.interrupts import run_cli
 
 _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
@@ -101,12 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
                           "imagenet-21k-miil, imagenet-21k-miil-w21, present (the sources' WNIDs, sorted), or a FILE "
                           "of WNIDs, one a line, in label order; images of other classes are left out and counted "
                           "(excluded_by_label_space). Default: the sources' sorted WNIDs for the ILSVRC2012 archives "
-                          "(= imagenet-1k), imagenet-22k for a full release (fall11, winter21)")
+                          "(= imagenet-1k), imagenet-22k for a full release (fall11, winter21; a WNID outside it "
+                          "is an error, see --skip-unknown-wnids)")
+    lab.add_argument("--skip-unknown-wnids", action="store_true",
+                     help="for a full release (fall11, winter21) without --label-space: leave out the images of "
+                          "WNIDs outside imagenet-22k, each listed in the manifest as skipped (unknown_wnid) "
+                          "(default: such a WNID is an error naming it)")
     lab.add_argument("--holdout-per-class", type=int, metavar="K",
                      help="write a val split of K train images per class (classes with more than K), drawn with "
                           "--seed and recorded; nested for growing K; no image in both (timm's 12k: 40)")
     run = p.add_argument_group("running")
-    run.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    run.add_argument("--workers", type=worker_count, default=None, metavar="N",
+                     help=f"worker processes (default: all cores; {WORKERS_RULE})")
     run.add_argument("--part", metavar="I/N|auto", default=None,
                      help="build only part I of N (multi-machine); auto: from the Slurm array "
                           "(SLURM_ARRAY_TASK_ID/COUNT), torchrun (RANK/WORLD_SIZE), or a Kubernetes Indexed Job "
@@ -152,7 +158,8 @@ def build_adopt_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude-bad", action="store_true",
                    help="leave out samples whose image nothing decodes (each recorded in the manifest with its "
                         "reason; audit-shards and the loader pass over them) instead of refusing the set")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--workers", type=worker_count, default=None, metavar="N",
+                   help=f"worker processes (default: all cores; {WORKERS_RULE})")
     storage.add_storage_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--json", action="store_true", help="print the summary (or the problems found) as one JSON object")
@@ -193,6 +200,8 @@ def format_summary(s: dict) -> str:
     if s.get("complete"):
         lines.append(f"prepare-shards: {s['samples']:,} samples in {s['shards']} shards "
                      f"({storage.human_bytes(s['bytes'])}) -> {s['out']}")
+        if "label_space" in s:  # .cls = the index in this table (a full release: its published space by default)
+            lines.append(f"  labels: {s['label_space']['name']} ({s['label_space']['num_classes']:,} classes)")
         for split, v in s["splits"].items():
             lines.append(f"  {split:5s}: {v['images_in']:,} in = {v['samples']:,} samples + {v['rejected']} rejected"
                          f" + {v['skipped']} skipped (non-images)"
@@ -203,6 +212,9 @@ def format_summary(s: dict) -> str:
                          + (" (held out from train)" if "held_out_from" in v else ""))
             if v.get("short_classes"):  # drawn images that were rejected are not replaced by others
                 lines.append(f"  {split}: " + short_classes_text(v["short_classes"]))
+        if n := s["rejected_by_reason"].get("unknown_wnid"):
+            lines.append(f"  skipped also: {n:,} image{'s' * (n != 1)} of WNIDs outside the label space "
+                         "(--skip-unknown-wnids), each listed in the manifest")
         if s["rejected_by_reason"]:
             lines.append("  rejected/skipped by reason: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_reason"].items())))
@@ -306,7 +318,7 @@ def _main(argv=None) -> int:
                         per_class=args.per_class, fraction=args.fraction, allow_partial_val=args.allow_partial_val,
                         train_list=None if args.train_list is None else read_train_list(args.train_list),
                         label_space=None if args.label_space is None else label_space_option(args.label_space),
-                        holdout_per_class=args.holdout_per_class)
+                        holdout_per_class=args.holdout_per_class, skip_unknown_wnids=args.skip_unknown_wnids)
         storage.apply_storage_options(args.out, args.storage_option)
         if config.restart_markers and not args.quiet:
             from imagenet_shards.pipeline.prepare import images

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, fields
 
-from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, LabelSpaceError, label_space_option
+from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace
 from imagenet_shards.pipeline.format.subset import names_sha256
 from imagenet_shards.pipeline.prepare.images import ImagePolicy
 from imagenet_shards.pipeline.prepare.sources import WNID_RE
@@ -34,9 +34,11 @@ class Config:
     `fraction` F of each train class; `train_list` train image names (`n01440764_10026.JPEG` or
     `n01440764/n01440764_10026.JPEG`). WNIDs and names are kept sorted and unique, names as WNID/KEY.
 
-    `label_space`: the class list `.cls` indexes (a `LabelSpace`, a known name, a file, or `present`; None:
-    the sources' sorted WNIDs, i.e. ImageNet-1k for the ILSVRC2012 archives, and `imagenet-22k` for a
-    full release: `run` resolves it). `holdout_per_class` K: a val split of K train images per class
+    `label_space`: the class list `.cls` indexes, as `format.label_spaces.label_space_option` parsed it
+    (once, at the CLI): a `LabelSpace`, or `PRESENT` (the sources' WNIDs, resolved by `run` once they
+    are indexed); None: the sources' sorted WNIDs, i.e. ImageNet-1k for the ILSVRC2012 archives, and
+    `imagenet-22k` for a full release (`run` resolves it; a WNID outside it is an error there, unless
+    `skip_unknown_wnids`: then its images are left out, each listed as skipped, `unknown_wnid`). `holdout_per_class` K: a val split of K train images per class
     with more than K (prepare/holdout.py)."""
 
     resize: str = "longer:500"
@@ -53,15 +55,11 @@ class Config:
     fraction: float | None = None
     train_list: tuple[str, ...] | None = field(default=None, repr=False)  # up to 128k names (the 10 % list)
     allow_partial_val: bool = False  # build val from a source with other images than the devkit lists
-    label_space: LabelSpace | str | None = field(default=None, repr=False)
+    label_space: LabelSpace | str | None = field(default=None, repr=False)  # str: only PRESENT
     holdout_per_class: int | None = None
+    skip_unknown_wnids: bool = False  # a full release's default space: leave other WNIDs' images out, listed
 
     def __post_init__(self):
-        if isinstance(self.label_space, str) and self.label_space != PRESENT:
-            try:
-                object.__setattr__(self, "label_space", label_space_option(self.label_space))
-            except LabelSpaceError as e:
-                raise ConfigError(str(e)) from None
         check_config(self)
         object.__setattr__(self, "splits", tuple(s for s in SPLITS if s in self.splits))
         if self.classes is not None and not _is_int(self.classes):
@@ -70,6 +68,12 @@ class Config:
             object.__setattr__(self, "train_list", train_names(self.train_list))
         if self.fraction is not None:
             object.__setattr__(self, "fraction", float(self.fraction))  # 1 and 1.0: one record
+
+    @property
+    def space_wnids(self) -> frozenset[str] | None:
+        """The WNIDs the label space labels (other classes are left out), or None: every class of the
+        sources is labelled (no space given, or `present` before `run` resolves it)."""
+        return frozenset(self.label_space.wnids) if isinstance(self.label_space, LabelSpace) else None
 
     @property
     def subset(self) -> bool:
@@ -87,8 +91,9 @@ class Config:
         d["splits"] = list(self.splits)
         for k in ("classes", "per_class", "fraction", "train_list", "label_space", "holdout_per_class"):
             del d[k]
-        if not self.allow_partial_val:  # recorded only when given: earlier runs' job states stay equal
-            del d["allow_partial_val"]
+        for k in ("allow_partial_val", "skip_unknown_wnids"):  # recorded only when given: earlier runs'
+            if not d[k]:                                       # job states stay equal
+                del d[k]
         if self.subset:
             d["subset"] = self.subset_record()
         # only when set: a run without them records what it recorded before they existed (same bytes)
@@ -142,10 +147,14 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"--splits takes train, val and/or test, got {','.join(map(str, splits)) or 'nothing'}")
     check_subset(cfg, splits)
     if cfg.label_space is not None and not isinstance(cfg.label_space, LabelSpace) and cfg.label_space != PRESENT:
-        raise ConfigError(f"--label-space takes a name, {PRESENT} or a file, got {cfg.label_space!r:.60}")
+        raise ConfigError(f"label_space takes a LabelSpace or {PRESENT!r} (parse --label-space NAME|FILE with "
+                          f"format.label_spaces.label_space_option), got {cfg.label_space!r:.60}")
     if cfg.label_space is not None and cfg.classes is not None:
         raise ConfigError("give --label-space or --classes, not both: --classes relabels to the kept classes, a label "
                           "space keeps its own labels (to keep some classes of a space, give a label-space FILE)")
+    if cfg.skip_unknown_wnids and cfg.classes is not None:  # --label-space: `run` refuses it, before resolving
+        raise ConfigError("--skip-unknown-wnids applies to a full release's default label space; with --classes, "
+                          "images of other classes are left out already (and counted)")
     if cfg.holdout_per_class is not None:
         if not (_is_int(cfg.holdout_per_class) and cfg.holdout_per_class >= 1):
             raise ConfigError(f"--holdout-per-class must be a positive integer, got {cfg.holdout_per_class!r}")

@@ -14,13 +14,11 @@ from collections import Counter
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.manifest import LEFT_OUT, build_manifest, write_outputs
+from imagenet_shards.pipeline.prepare.errors import PrepareError
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_rel
 from imagenet_shards.pipeline.prepare.parts import check_record_job, job_id
+from imagenet_shards.pipeline.prepare.split_checks import empty_in_manifest
 from imagenet_shards.pipeline.storage.atomic import DiskFull
-
-
-class PrepareError(Exception):
-    """The job cannot run as asked; the message is one actionable line."""
 
 
 def finalize(out: str) -> dict:
@@ -49,8 +47,6 @@ def finalize(out: str) -> dict:
         records = {split: map(check, _read_records(outdir, split, state["splits"][split]["num_shards"]))
                    for split in state["config"]["splits"]}
         manifest = build_manifest(state, records)
-        from imagenet_shards.pipeline.prepare.split_checks import empty_in_manifest  # it imports PrepareError
-
         error = empty_in_manifest(manifest)
         if error:
             raise PrepareError(error)
@@ -100,6 +96,8 @@ def summarize(manifest: dict) -> dict:
             "images_in": t["images_in"],
             "rejected_by_reason": dict(Counter(r["reason"] for r in manifest["rejected"] + manifest["skipped"])),
             "fixed_by_kind": manifest["fixed"]["counts"],
+            **({"label_space": {k: manifest["label_space"][k] for k in ("name", "num_classes")}}
+               if "label_space" in manifest else {}),  # only when recorded: an ILSVRC run's summary is as it was
             "splits": {s: {"samples": v["num_samples"], "shards": v["num_shards"], "rejected": v["num_rejected"],
                            "skipped": v["num_skipped"], "images_in": v["images_in"],
                            **{k: v[k] for k in (*LEFT_OUT, "held_out_from") if k in v},

@@ -28,9 +28,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from imagenet_shards.pipeline.format.label_spaces import RELEASE_SPACE, label_space
 from imagenet_shards.pipeline.parallel import run_stream
+from imagenet_shards.pipeline.prepare.errors import unknown_wnids_error
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, ImageResult, process_image
-from imagenet_shards.pipeline.prepare.sources import SourceIndex, Unusable, sequential_items, sequential_kind
+from imagenet_shards.pipeline.prepare.sources import (KIND_RELEASE_GZ, SourceIndex, Unusable, sequential_items,
+                                                      sequential_kind)
 from imagenet_shards.pipeline.prepare.sources.huggingface import files_name
 from imagenet_shards.pipeline.prepare.sources.table import MemberTable
 
@@ -125,14 +128,32 @@ class OnePassReader:
         kind = sequential_kind(split, src)
         if kind is None:
             return None
-        space = getattr(self.config.label_space, "wnids", None)
-        space = None if space is None else frozenset(space)
-        keep = (lambda w: True) if split == "test" else (lambda w: w is not None and (space is None or w in space))
+        space = self.config.space_wnids
+        if kind == KIND_RELEASE_GZ and self.config.label_space is None and self.config.classes is None:
+            keep = self._release_default(split)  # the release's space is known before its first image
+        else:
+            keep = (lambda w: True) if split == "test" else (lambda w: w is not None and (space is None or w in space))
         idx, self.stored[split] = index_and_process(kind, src, split, self.config.policy(),
                                                     os.path.join(self.folder, f"onepass-{split}.bin"), keep=keep,
                                                     workers=self.workers, progress=self.progress)
         self.tables.append(idx.members)
         return idx
+
+
+    def _release_default(self, split: str):
+        """`keep` for a compressed full release without --label-space: its default space is
+        imagenet-22k, so a WNID outside it stops the read at its first image (the error `run` would
+        give after the whole read), or with --skip-unknown-wnids is not processed (`run` lists it).
+        ImageNet-1k's WNIDs pass too: a gzipped ILSVRC train tar is no release (`run` decides)."""
+        space = frozenset(label_space(RELEASE_SPACE).wnids) | frozenset(label_space("imagenet-1k").wnids)
+
+        def keep(wnid) -> bool:
+            if wnid in space:
+                return True
+            if wnid is not None and not self.config.skip_unknown_wnids:
+                raise unknown_wnids_error([wnid], RELEASE_SPACE)
+            return False
+        return keep
 
 
 def one_pass_reader(config, part, sources: dict, *, fresh, folder, workers, progress: bool) -> OnePassReader | None:

@@ -107,6 +107,25 @@ class LocalOut:
     def write_json(self, rel: str, obj) -> None:
         write_json_atomic(self.path(rel), obj)
 
+    def claim_json(self, rel: str, obj):
+        """Write `obj` at OUT/rel unless something is there already, and return what is there then:
+        of several processes claiming at once, the first wins (a hard link cannot replace a file;
+        where the file system has no hard links, a plain write where nothing is)."""
+        path = self.path(rel)
+        mine = f"{path}.{os.getpid()}.claim"
+        write_json_atomic(mine, obj)
+        try:
+            os.link(mine, path)
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links here (some FUSE and SMB mounts)
+            if not os.path.exists(path):
+                os.replace(mine, path)
+        finally:
+            if os.path.exists(mine):
+                os.unlink(mine)
+        return self.read_json(rel)
+
     def has_foreign_splits(self) -> bool:
         return os.path.isdir(self.root) and any(os.path.exists(self.path(s)) for s in SPLITS)
 
@@ -261,6 +280,16 @@ class RemoteOut:
 
     def write_json(self, rel: str, obj) -> None:
         storage.write_bytes(self.path(rel), dumps(obj).encode())
+
+    def claim_json(self, rel: str, obj):
+        """`obj` at OUT/rel unless something is there, and what is there then. An object store has no
+        portable create-if-absent: read, then write (two parts started at the same instant may both
+        write; the last one's stays)."""
+        try:
+            return self.read_json(rel)
+        except FileNotFoundError:
+            self.write_json(rel, obj)
+            return obj
 
     def has_foreign_splits(self) -> bool:
         return any(storage.exists(self.path(s)) for s in SPLITS)

@@ -7,6 +7,11 @@ count given as `--part auto/N`: the Job's `completions`, which Kubernetes does n
 environment), or torchrun (`RANK` / `WORLD_SIZE`). Part I builds the shards whose global number is
 I mod N; `prepare-shards finalize` (a dependent job) assembles the manifest.
 
+The first part of a job in N > 1 parts records N (`_prepare/parts.json`); a later part that names
+another N is refused (`check_part_count`), naming both, before it builds anything: with two counts,
+some shards would belong to no part. A run in one part (0/1) builds whatever is missing and may
+follow or precede any split into parts.
+
 Every part writes the job state it ran with (`_prepare/part-I-of-N.json`) and stamps each shard
 record with that state's hash (`job`) and its part (`part`); finalize refuses a record whose part ran with other options
 than the job's state, naming the field that differs (`state_differences`), so parts that raced
@@ -20,6 +25,7 @@ import json
 import os
 
 PARTS_DIR = "_prepare"
+PARTS_RECORD = f"{PARTS_DIR}/parts.json"  # {"count": N}: the number of parts the job's first part named
 
 
 class PartError(ValueError):
@@ -36,7 +42,7 @@ def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
             i, n = (int(x) for x in part.split("/"))
         except ValueError:
             raise PartError(f"--part takes I/N (e.g. 0/4) or auto, got {part!r}") from None
-    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+    elif "SLURM_ARRAY_TASK_ID" in env:  # an array task: without its count, an error (not the whole job)
         i, n = _slurm(env)
     elif "RANK" in env and "WORLD_SIZE" in env:
         i, n = int(env["RANK"]), int(env["WORLD_SIZE"])
@@ -47,10 +53,20 @@ def parse_part(part: str | None, env=os.environ) -> tuple[int, int]:
     return i, n
 
 
-def _slurm(env) -> tuple[int, int]:
+def _slurm(env, count: int | None = None) -> tuple[int, int]:
+    """(I, N) of a Slurm array task; N from SLURM_ARRAY_TASK_COUNT, else `count` (--part auto/N),
+    else PartError naming what is missing."""
     step = int(env.get("SLURM_ARRAY_TASK_STEP", 1) or 1)
-    return (int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))) // step, \
-        int(env["SLURM_ARRAY_TASK_COUNT"])
+    if "SLURM_ARRAY_TASK_COUNT" in env:
+        n = int(env["SLURM_ARRAY_TASK_COUNT"])
+    elif count is not None:
+        n = count
+    else:
+        bounds = ", ".join(f"{v}={env[v]}" for v in ("SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX") if v in env)
+        raise PartError(f"SLURM_ARRAY_TASK_ID is set ({env['SLURM_ARRAY_TASK_ID']}) but SLURM_ARRAY_TASK_COUNT, the "
+                        f"number of tasks in the array, is not{f' ({bounds})' if bounds else ''}: give it as "
+                        "--part auto/N (N the array's task count), or --part I/N")
+    return (int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))) // step, n
 
 
 def _from_engine(env, part: str) -> tuple[int, int]:
@@ -59,8 +75,8 @@ def _from_engine(env, part: str) -> tuple[int, int]:
         count = None if given is None else int(given)
     except ValueError:
         raise PartError(f"--part auto/N takes a number of parts, got {part!r}") from None
-    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        i, n = _slurm(env)
+    if "SLURM_ARRAY_TASK_ID" in env:
+        i, n = _slurm(env, count)
         where = "the Slurm array"
     elif "JOB_COMPLETION_INDEX" in env:
         if count is None:
@@ -75,6 +91,18 @@ def _from_engine(env, part: str) -> tuple[int, int]:
     if count is not None and count != n:
         raise PartError(f"--part auto/{count}: {where} has {n} parts")
     return i, n
+
+
+def check_part_count(recorded: dict | None, part: tuple[int, int]) -> str | None:
+    """Why part `part` (I, N) cannot join a job whose first part recorded `recorded` ({"count": N}
+    or None), or None. A one-part run (0/1) joins any job: it builds whatever is missing."""
+    if recorded is None or part[1] == 1 or recorded.get("count") == part[1]:
+        return None
+    n = recorded.get("count")
+    return (f"--part {part[0]}/{part[1]}: this OUT's job runs in {n} parts (recorded by its first part in "
+            f"{PARTS_RECORD}), not {part[1]}: with two counts some shards belong to no part; give --part I/{n} "
+            f"(or run without --part to build what is left); to split it another way, remove {PARTS_RECORD} "
+            "once no part of the job runs")
 
 
 def job_id(state: dict) -> str:

@@ -156,6 +156,7 @@ class SplitPlan:
     images_in: int
     excluded: int = 0  # usable members the subset left out (not read, not in any shard)
     excluded_by_label_space: int = 0  # members of a class outside the label space (not read)
+    unknown: list[Member] = field(default_factory=list)  # ... listed instead, as skipped (`list_outside`)
     held_out: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # train rows moved to val
     table: MemberTable | None = field(default=None, repr=False)  # the split's members (the held-out rows' too)
 
@@ -219,14 +220,16 @@ def plan_split(split: str, members, wnid_to_label: dict[str, int], *, seed: int,
                shard_samples: int | None = 1000, shard_bytes: int | None = None,
                select: Callable[[list[Member]], list[Member]] | None = None, select_whole: bool = False,
                label_1k: dict[str, int | None] | None = None, space: frozenset[str] | None = None,
-               holdout: Callable | None = None, dataset: str = DEFAULT_DATASET) -> SplitPlan:
+               holdout: Callable | None = None, dataset: str = DEFAULT_DATASET,
+               list_outside: bool = False) -> SplitPlan:
     """Shuffle one split's members (a MemberTable or a list of Members) with `seed`; cut into shards.
 
     `shard_bytes` cuts by the sum of *source* sizes (exact for pass-through images, an estimate for
     re-encoded ones). The first member with a given key wins; later ones are rejected as duplicates.
     Members without a label are rejected (no_label), except in the test split, whose samples all
     get the label ``UNLABELED``. `space` (a label space's WNIDs): members of other classes are left
-    out and counted. `holdout(table, rows) -> (kept rows, held rows)` draws the held-out split
+    out and counted, or with `list_outside` returned (`SplitPlan.unknown`, in key order) instead of
+    counted: the WNIDs outside a full release's default space (--skip-unknown-wnids). `holdout(table, rows) -> (kept rows, held rows)` draws the held-out split
     (`SplitPlan.held_out`). `select` (a subset) returns the members to keep, from the unique
     labeled ones in key order; `label_1k` (a class subset: WNID -> ImageNet-1k index or None) adds
     ``label_1k`` to each labeled sample's json."""
@@ -242,7 +245,7 @@ def plan_split(split: str, members, wnid_to_label: dict[str, int], *, seed: int,
     code_unlabeled = np.array([not test and w is None for w in table.wnids] or [False])
     codes = table.cls[order] if len(order) else np.zeros(0, np.int32)
     unlabeled_pos = np.flatnonzero(code_unlabeled[codes])
-    outside = int(code_outside[codes].sum())
+    outside_pos = np.flatnonzero(code_outside[codes])
     cand = np.flatnonzero(~code_unlabeled[codes] & ~code_outside[codes]).astype(_ROW)
     del codes
     run = np.cumsum(~same_key, dtype=_ROW)  # equal keys share a run number
@@ -252,6 +255,8 @@ def plan_split(split: str, members, wnid_to_label: dict[str, int], *, seed: int,
     unique = order[cand[~dup]]
     duplicates = [table[r] for r in order[cand[dup]]]
     unlabeled = [table[r] for r in order[unlabeled_pos]]
+    unknown = [table[r] for r in order[outside_pos]] if list_outside else []
+    outside = 0 if list_outside else len(outside_pos)
     del order, same_key, cand, dup
     held = np.zeros(0, np.int64)
     if holdout is not None:
@@ -269,7 +274,7 @@ def plan_split(split: str, members, wnid_to_label: dict[str, int], *, seed: int,
     source = _Rows(table, labels, metas)
     shards = [ShardSpec(split, i, dataset=dataset, rows=r, source=source)
               for i, r in enumerate(_cut(rows, table.size, shard_samples, shard_bytes))]
-    return SplitPlan(split, shards, duplicates, unlabeled, len(table), excluded, outside, held, table)
+    return SplitPlan(split, shards, duplicates, unlabeled, len(table), excluded, outside, unknown, held, table)
 
 
 def _cut(rows: np.ndarray, sizes: np.ndarray, shard_samples: int | None, shard_bytes: int | None) -> list[np.ndarray]:
@@ -305,11 +310,12 @@ def plan_splits(config: Config, members: dict, classes: list[str], *, holdout: C
     if config.subset:
         select = {s: partial(select_members, s, kept=kept, seed=config.seed, per_class=config.per_class,
                              fraction=config.fraction, train_list=config.train_list) for s in members}
-    space = frozenset(classes) if getattr(config.label_space, "wnids", None) is not None else None
-    dataset = getattr(config.label_space, "dataset", DEFAULT_DATASET)
+    space = config.space_wnids  # `classes` are its WNIDs here: `run` resolved it
+    dataset = config.label_space.dataset if space is not None else DEFAULT_DATASET
     wnid_to_label = {w: i for i, w in enumerate(classes)}
     common = dict(seed=config.seed, shard_samples=config.shard_samples, shard_bytes=config.shard_bytes,
-                  label_1k=label_1k, space=space, dataset=dataset, select_whole=config.train_list is not None)
+                  label_1k=label_1k, space=space, dataset=dataset, select_whole=config.train_list is not None,
+                  list_outside=config.skip_unknown_wnids)
     plans = {s: plan_split(s, ms, wnid_to_label, select=select.get(s), holdout=holdout if s == "train" else None,
                            **common)
              for s, ms in members.items()}

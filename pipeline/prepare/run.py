@@ -11,7 +11,6 @@ classes are known (`plan.plan_splits`): the kept classes, their labels and 1k in
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import time
@@ -22,13 +21,16 @@ from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.classes import wnid_names
-from imagenet_shards.pipeline.format.label_spaces import PRESENT, LabelSpace, is_imagenet_1k, label_space, present_space
+from imagenet_shards.pipeline.format.label_spaces import LabelSpace, label_space
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS, Config
-from imagenet_shards.pipeline.prepare.finalize import PrepareError, finalize, summarize
+from imagenet_shards.pipeline.prepare.errors import PrepareError, skip_with_space_error
+from imagenet_shards.pipeline.prepare.label_space import resolve_label_space
+from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
-from imagenet_shards.pipeline.prepare.parts import job_id, parse_part, part_state_rel, state_differences
+from imagenet_shards.pipeline.prepare.parts import (PARTS_RECORD, check_part_count, job_id, parse_part, part_state_rel,
+                                                    state_differences)
 from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_splits
 from imagenet_shards.pipeline.prepare.onepass import one_pass_reader
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex,
@@ -133,27 +135,6 @@ def _present(members) -> list[str]:
     return sorted({m.wnid for m in members if m.wnid})
 
 
-def resolve_label_space(config: Config, classes: list[str]) -> tuple[Config, list[str]]:
-    """(config with its label space resolved, the class list labels index). No --label-space: the
-    sources' sorted WNIDs (ImageNet-1k for the ILSVRC2012 archives: the config stays as it was, so
-    the bytes do; also under --classes, which relabels, and for WNIDs outside every release), or
-    `imagenet-22k` for sources whose classes are fall11 synsets, not all ImageNet-1k's (a full release);
-    `present`: the sources' WNIDs, recorded. PrepareError if no class of the sources is in the space."""
-    space = config.label_space
-    if space is None:
-        full = label_space("imagenet-22k")
-        # ILSVRC-like, a class subset (--classes relabels among the kept), or WNIDs no release has: as before
-        if is_imagenet_1k(classes) or config.classes is not None or not set(classes) <= set(full.wnids):
-            return config, classes
-        space = full
-    elif space == PRESENT:
-        space = present_space(classes)
-    if not set(classes) & set(space.wnids):
-        raise PrepareError(f"none of the sources' {len(classes)} classes (e.g. {classes[0]}) is in the label space "
-                           f"{space.name} ({space.num_classes} classes); is it the space you meant?")
-    return dataclasses.replace(config, label_space=space), list(space.wnids)
-
-
 def _class_table(classes: list[str], label_1k: dict[str, int | None] | None = None) -> list[dict]:
     """The manifest's class table; a class subset's entries also carry `imagenet_1k_index`."""
     names = wnid_names()
@@ -164,14 +145,19 @@ def _class_table(classes: list[str], label_1k: dict[str, int | None] | None = No
     return table
 
 
+def _read_job_file(out, rel: str) -> dict | None:
+    """The JSON at OUT/rel (the job state, the parts record), None if it is not there yet."""
+    try:
+        return out.read_json(rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"cannot read {out.where}/{rel}: {storage.redact(e)}") from None
+
+
 def _open_out(out, state: dict, overwrite: bool) -> None:
     """Create OUT (or check it belongs to this exact job), refusing a different config unless overwrite."""
-    try:
-        old = out.read_json(STATE)
-    except (FileNotFoundError, NotADirectoryError):
-        old = None
-    except (OSError, ValueError) as e:
-        raise PrepareError(f"cannot read {out.where}/{STATE}: {storage.redact(e)}") from None
+    old = _read_job_file(out, STATE)
     try:
         if old is not None and old != state:
             if not overwrite:
@@ -189,6 +175,9 @@ def _open_out(out, state: dict, overwrite: bool) -> None:
         raise  # prepare() says what to do
     except OSError as e:
         raise PrepareError(f"cannot write to {out.where}: {e.strerror or storage.redact(e)}") from None
+
+
+UNKNOWN_WNID = "unknown_wnid"  # manifest.skipped reason: a full release's image of a WNID outside its space
 
 
 def _entry(split: str, key: str, source: str, reason: str, detail: str) -> dict:
@@ -210,6 +199,10 @@ def _split_state(idx: SourceIndex | None, p: SplitPlan, config: Config) -> dict:
     unusable = idx.unusable if idx is not None else []
     for u in unusable:
         (skipped if u.status == "skipped" else rejected).append(_entry(p.split, u.key, u.source, u.reason, u.detail))
+    for m in p.unknown:  # --skip-unknown-wnids: the images of WNIDs outside the release's space
+        skipped.append(_entry(p.split, m.key, m.source, UNKNOWN_WNID,
+                              f"WNID {m.wnid} is not in {config.label_space.name}, the label space; left out "
+                              "(--skip-unknown-wnids)"))
     order = lambda x: (x["key"], x["source"])  # noqa: E731
     state = {"num_shards": len(p.shards), "images_in": p.images_in + len(unusable),
              "plan_rejected": sorted(rejected, key=order)}
@@ -238,6 +231,8 @@ def prepare(*, out: str, train=None, val=None, devkit=None, val_labels=None, tes
     folder; default a temp folder, removed at the end) and uploaded from there. If the job fails
     before any shard is recorded, an OUT it created is removed again."""
     t0 = time.monotonic()
+    if config.skip_unknown_wnids and config.label_space is not None:  # before OUT is made or a source read
+        raise skip_with_space_error()
     try:
         outdir = open_outdir(out, staging=staging, verify=verify_existing)
     except ValueError as e:
@@ -308,6 +303,7 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
     _open_out(outdir, state, overwrite)
     job = job_id(state)
     if part[1] > 1:  # what this part ran with, for finalize to name what differs if a sibling ran otherwise
+        _claim_part_count(outdir, part)
         outdir.write_json(part_state_rel(part), state)
     sequential = {path: idx.kind for s, idx in indexes.items() if idx.kind in SEQUENTIAL_KINDS
                   and not (onepass and s in onepass.stored) for path in idx.members.files()}
@@ -351,6 +347,19 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
                             "build": round(time.monotonic() - t_plan, 3)}}
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
     return summary, missing
+
+
+def _claim_part_count(outdir, part: tuple[int, int]) -> None:
+    """Record the job's number of parts (the first part to get here does, even among parts started
+    at once), or PrepareError if this part names another."""
+    try:
+        recorded = outdir.claim_json(PARTS_RECORD, {"count": part[1]})
+    except (OSError, ValueError) as e:
+        raise PrepareError(f"cannot record the job's parts in {outdir.where}/{PARTS_RECORD}: "
+                           f"{storage.redact(e)}") from None
+    why = check_part_count(recorded, part)
+    if why:
+        raise PrepareError(why)
 
 
 def _fresh(outdir, overwrite: bool) -> bool:

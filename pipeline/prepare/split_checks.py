@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from imagenet_shards.pipeline.prepare.finalize import PrepareError
+from imagenet_shards.pipeline.prepare.errors import PrepareError
 
 SPLIT_FLAGS = {"train": "--train", "val": "--val", "test": "--test"}
 

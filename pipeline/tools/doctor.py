@@ -41,9 +41,9 @@ def backend_info() -> dict:
         "libjpeg_version": features.version("jpg"),  # the libjpeg API version (6.2 for turbo's default build)
         "libjpeg_turbo_version": features.version("libjpeg_turbo"),
         "cpu_avx2": avx2,
-        # the loader's optional libjpeg-turbo region decoder (train/loader/_jpegcrop.c); without it `auto` uses PIL
+        # the loader's optional libjpeg-turbo region decoder (pipeline/native/_jpegcrop.c); without it `auto` uses PIL
         "turbo_crop_decoder": importlib.util.find_spec("imagenet_shards.train.loader._jpegcrop") is not None,
-        # prepare-shards' optional lossless rewrite with restart markers (pipeline/prepare/_jpegtran.c); without
+        # prepare-shards' optional lossless rewrite with restart markers (pipeline/native/_jpegtran.c); without
         # it pass-through JPEGs are stored byte for byte, without markers
         "restart_marker_rewrite": importlib.util.find_spec("imagenet_shards.pipeline.prepare._jpegtran") is not None,
     }

@@ -1,6 +1,7 @@
 """The shape of a published recipe: one frozen record of named values, each with the source line it
-comes from. The trainer never branches on a recipe's name; `resolve` turns a record into a
-`TrainConfig` (plus the explicit flags and the world size), and `describe` into the `--show` JSON.
+comes from. The trainer never branches on a recipe's name; `trainer/recipe.py`'s `resolve` turns a
+record into a `TrainConfig` (plus the explicit flags and the world size), and `describe` into the
+`--show` JSON.
 """
 
 from __future__ import annotations

@@ -12,14 +12,12 @@ import numpy as np
 import torch
 
 from imagenet_shards.pipeline.storage.retry import redact
-from imagenet_shards.train.trainer.config import TrainConfig, TrainError
+from imagenet_shards.train.trainer.config import TrainConfig, TrainError, imagenet_1k_sizes
 from imagenet_shards.train.trainer.distributed import DistInfo, wrap_ddp
 from imagenet_shards.train.trainer.engine import make_grad_scaler
 from imagenet_shards.train.trainer.model import ModelEma, build_model, build_optimizer, load_weights
 from imagenet_shards.train.trainer.prefetch import SyntheticBatches
 from imagenet_shards.train.trainer.schedule import default_lr, make_lr_scheduler, schedule_for
-
-IMAGENET_TRAIN_SAMPLES = 1281167  # sizes a --synthetic-data epoch when there is no --data
 
 
 @dataclass
@@ -45,7 +43,7 @@ def read_dataset(config: TrainConfig) -> tuple[dict | None, int, int]:
     TrainError for a manifest without val samples unless --no-val: evaluating on nothing would
     print `val top1 0.00% (0 images)` every epoch and keep no best checkpoint."""
     if not config.data:
-        return None, 1000, IMAGENET_TRAIN_SAMPLES
+        return None, *imagenet_1k_sizes()
     from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest
     try:
         manifest = read_manifest(config.data)

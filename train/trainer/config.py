@@ -1,22 +1,31 @@
 """What a run is asked to do: `TrainConfig`, the checks on it, and the defaults that depend on the node.
 
-A config comes from the command line (field names match the flags) or from code. `local_paths`
-refuses URLs where only a local path works, before anything is created; `resolve` fills the
-node-dependent defaults (`None` fields) once the device is known; `check_flags` rejects
+A config comes from the command line or from code. Each field that is a train-imagenet flag says so
+with `flag(...)`: its default, help and type, stated once, here; trainer/flags.py makes the parser
+from them (the flag is `--` + the field's name with dashes; --help lists them in this order).
+`local_paths` refuses URLs where only a local path works, before anything is created; `resolve`
+fills the node-dependent defaults (`None` fields) once the device is known; `check_flags` rejects
 combinations that cannot run. All three raise `TrainError` (exit code 2) with one line saying what
 to do.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.train.loader import augment
 from imagenet_shards.train.trainer import host
 from imagenet_shards.train.trainer.distributed import DistInfo
+from imagenet_shards.train.trainer.schedule import SCHEDULES
 
 AMP_CHOICES = ("bf16", "fp16", "none")
+# The loader's augmentation table is the one list of names (None there is "none" here); timm
+# "rand-..." strings are admitted too.
+AUG_CHOICES = augment.AugChoices(augment.AUG_NAMES)
 # Linear warmup (Goyal et al. 2017) for the linear-scaling-rule lr: 2 epochs (FFCV's ResNet-50
 # recipes peak at epoch 2), or a quarter of a shorter run.
 DEFAULT_WARMUP_EPOCHS = 2.0
@@ -30,6 +39,41 @@ LOCAL_ONLY = {
 }
 
 
+def positive_int(text: str) -> int:
+    """A positive integer flag value."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def epoch_pair(text: str) -> tuple[int, int]:
+    """'a,b' -> (a, b) for --ramp-epochs."""
+    try:
+        a, b = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two epochs 'a,b', got {text!r}") from None
+    if not 0 <= a <= b:
+        raise argparse.ArgumentTypeError(f"expected 0 <= a <= b, got {text!r}")
+    return a, b
+
+
+def flag(default=dataclasses.MISSING, *, help: str | None = None, group: str | None = None,
+         add: Callable | None = None, **argparse_kwargs):
+    """A TrainConfig field that is also a train-imagenet flag (trainer/flags.py reads this).
+
+    `help` may say the default as `{default}` (and `--recipe`'s the known names as `{recipes}`):
+    flags.py fills them in, so the value is written once. `group` starts a --help section at this
+    field. `argparse_kwargs` go to add_argument (type, choices, metavar, action); without an action
+    a False default is a store_true switch, and without a type an int or float default gives one.
+    `add(group)` adds a flag that another module defines (storage.add_storage_option). A list
+    default is a fresh list for each config."""
+    meta = {"flag": {"help": help, "group": group, "add": add, **argparse_kwargs}}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 class TrainError(Exception):
     """A run that cannot start or continue for a reason the user can fix (exit code 2)."""
 
@@ -39,78 +83,158 @@ class TrainConfig:
     """Everything a run depends on; saved in each checkpoint. Field names match the CLI flags.
     `None` means "the default for this node/run" where the comment says so (see `resolve`)."""
 
-    data: str | None
-    out: str
-    arch: str = "resnet50"
-    epochs: int = 16
-    batch_size: int = 256                    # per process
-    lr: float | None = None                  # None: default_lr(global batch)
-    momentum: float = 0.9
-    nesterov: bool = False
-    wd: float = 5e-5
-    no_bn_wd: bool = False
-    label_smoothing: float = 0.1
-    schedule: str = "cosine"
-    warmup_epochs: float | None = None       # None: default_warmup(epochs)
-    res: int = 176
-    end_res: int | None = None
-    ramp_epochs: tuple[int, int] | None = None
-    val_res: int = 256
-    val_crop: int = 224
-    amp: str = "bf16"
-    channels_last: bool | None = None        # None: on for CUDA, off on the CPU
-    compile: bool = False
-    ema: float | None = None
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    aug: str = "none"
-    random_erase: float = 0.0
-    workers: int | None = None               # None: host.default_workers for this node
-    device: str = "auto"
-    dist_backend: str = "auto"               # auto: NCCL on CUDA, gloo on the CPU (distributed.pick_backend)
-    resume: str | None = None
-    eval_only: bool = False
-    no_val: bool = False                     # train without evaluating (a shard set without val samples)
-    synthetic_data: bool = False
-    profile: int = 0
-    seed: int = 0
-    weights: str | None = None
-    gpu_decode: bool = False
-    sync_bn: bool = False
-    limit_batches: int | None = None
-    stop_after_epochs: int | None = None
-    measure_ceiling: int = 0
-    log_interval: int = 50
-    cache_dir: str | None = None             # local LRU copy of remote shards (loader/cache.py)
-    cache_size: int | None = None            # its cap in bytes (None: 90% of that disk)
-    storage_option: list = field(default_factory=list)  # KEY=VALUE for the --data URL; saved as keys only
-    # --- what the published recipes need (docs/recipes.md); the defaults are the behaviour above
-    optimizer: str = "sgd"                   # sgd | lamb (model.OPTIMIZERS)
-    wd_exempt: str | None = None             # model.WD_EXEMPT; None: "norm" with --no-bn-wd, else "none"
-    loss: str = "ce"                         # ce | bce (loss.LOSSES)
-    bce_target_thresh: float | None = None   # bce: targets above it become 1, the rest 0 (timm)
-    zero_init_residual: bool = True          # ResNets: last BN of each block starts at 0
-    blurpool: bool = False                   # FFCV's blur before strided convs (model.apply_blurpool)
-    tta: bool = False                        # evaluate logits(x) + logits(flip(x)) (FFCV)
-    eval_every: int = 1                      # evaluate after every N-th epoch (0: the last only); always the last
-    eval_real: bool = False                  # also ReaL top-1 (manifests/imagenet-1k/real_labels.json)
-    val_crop_ratio: float | None = None      # FFCV's val crop: this fraction of the shorter side -> --val-crop px
-    lr_peak_epoch: float = 2.0               # --schedule triangle: where the lr peaks
-    lr_start_factor: float = 0.0             # triangle/cosine-epochs/timm-cosine: lr at the start, x peak
-    lr_end_factor: float = 0.0               # triangle: at the end; the cosines: their floor; x peak
-    lr_step_epochs: int = 30                 # --schedule step-epochs
-    lr_gamma: float = 0.1                    # --schedule step-epochs
-    ema_every: int = 1                       # EMA update after every N-th optimizer step of an epoch
-    ema_ramp: bool = True                    # decay min(d, (1+n)/(10+n)) (ours) or constant (torchvision)
-    ema_copy_epochs: int = 0                 # copy the weights into the EMA in the first N epochs (torchvision)
-    ra_reps: int = 1                         # repeated augmentation: each sample R times an epoch (loader/plan.py)
-    random_erase_fill: str = "noise"         # noise (timm "pixel") | zero (torchvision value=0)
-    accumulate: int = 1                      # optimizer step every N loader batches (gradients summed)
-    recipe: str | None = None                # the published recipe this run follows (train/recipes)
+    data: str | None = flag(group="data and run", help="prepare-shards output (holds manifest.json): a directory or a "
+                            "URL, s3://bucket/prefix, gs://..., https://host/path")
+    out: str = flag(metavar="RUN_DIR", help="run directory: metrics.jsonl, checkpoints, profile (a local path, not a "
+                                            "URL); required unless --show")
+    recipe: str | None = flag(None, metavar="NAME",  # the published recipe this run follows (train/recipes)
+                              help="a published recipe (docs/recipes.md): {recipes}; other flags override its values "
+                                   "(recorded as overrides)")
+    workers: int | None = flag(None, type=int,  # None: host.default_workers for this node
+                               help="loader worker processes per rank (default: the node's usable cores / ranks on "
+                                    "the node, less 1 for the training thread and, on CUDA, 1 for the pin-memory "
+                                    "thread; printed at start)")
+    device: str = flag("auto", choices=("auto", "cuda", "cpu"))
+    dist_backend: str = flag("auto", choices=("auto", "nccl", "gloo"),  # distributed.pick_backend
+                             help="process-group backend under torchrun (default: NCCL on CUDA, gloo on the CPU); "
+                                  "gloo on CUDA lets several ranks share one GPU (slow: for tests)")
+    seed: int = flag(0, help="seeds the data order, augmentation and init")
+    resume: str | None = flag(None, metavar="auto|PATH", help="continue from a checkpoint (a local path); auto = "
+                                                              "RUN_DIR/checkpoint-latest.pt if it exists")
+    stop_after_epochs: int | None = flag(None, type=positive_int, metavar="N",
+                                         help="stop after N epochs in this invocation (the schedule still spans "
+                                              "--epochs); continue later with --resume auto")
+    checkpoint_every: str | None = flag(None, metavar="DURATION",  # parsed by lifecycle.parse_every
+                                        help="also write RUN_DIR/checkpoint-mid.pt mid-epoch every DURATION: 30m, "
+                                             "1.5h, 90s, 2000steps, or both (30m,2000steps). Signals (SIGTERM, "
+                                             "SIGUSR1, SIGINT) always write one; --resume auto takes the newest")
+    stop_check_every: int = flag(8, type=positive_int, metavar="STEPS",  # lifecycle.py
+                                 help="under DDP, steps between the ranks' agreements on a pending stop (default "
+                                      "{default}: a stop comes within 16 steps of the signal; each agreement is one "
+                                      "async all-reduce of two numbers on the CPU)")
+    eval_only: bool = flag(False, help="evaluate --weights or --resume and exit")
+    no_val: bool = flag(False, help="train without evaluating (needed for a --data whose val split is missing or "
+                                    "empty; no checkpoint-best then)")
+    weights: str | None = flag(None, metavar="FILE",
+                               help="initial weights: a state dict or one of our checkpoints (a local path)")
+    synthetic_data: bool = flag(False, help="train on device-resident random batches: the model-only img/s ceiling "
+                                            "(writes RUN_DIR/synthetic.json, no checkpoints)")
+    measure_ceiling: int = flag(0, metavar="STEPS",
+                                help="after training, run STEPS synthetic steps and print loader efficiency")
+    gpu_decode: bool = flag(False, help="decode JPEGs on the GPU (nvJPEG); needs CUDA")
+    profile: int = flag(0, metavar="STEPS",
+                        help="torch.profiler trace of STEPS steps of the first epoch -> RUN_DIR/profile/")
+    limit_batches: int | None = flag(None, type=positive_int, metavar="N",
+                                     help="at most N train steps per epoch (quick checks; schedules use N)")
+    log_interval: int = flag(50, type=positive_int, metavar="STEPS",
+                             help="steps between metrics.jsonl train records (default {default})")
+    cache_dir: str | None = flag(None, metavar="DIR",  # local LRU copy of remote shards (loader/cache.py)
+                                 help="keep local copies of remote shards in this local folder (LRU; multi-epoch "
+                                      "training from a bucket)")
+    cache_size: int | None = flag(None, type=storage.positive_size, metavar="SIZE",  # bytes
+                                  help="cap of --cache-dir, e.g. 200GB (default: 90%% of that disk)")
+    storage_option: list = flag([], add=storage.add_storage_option)  # KEY=VALUE for the --data URL; saved as keys only
+
+    arch: str = flag("resnet50", group="model and optimizer", help="torchvision model name (default {default})")
+    epochs: int = flag(16, type=positive_int, help="default {default}")
+    batch_size: int = flag(256, type=positive_int, help="per process (default {default})")
+    lr: float | None = flag(None, type=float,  # None: default_lr(global batch)
+                            help="peak lr (default 0.1 x global batch / 256; with --recipe: the recipe's, scaled to "
+                                 "this run's global batch)")
+    optimizer: str = flag("sgd", choices=("sgd", "lamb"),  # model.OPTIMIZERS
+                          help="sgd (fused on CUDA) or lamb (timm's LAMB: global grad-norm clip 1, trust ratio)")
+    momentum: float = flag(0.9, help="SGD momentum (default {default})")
+    nesterov: bool = flag(False)
+    wd: float = flag(5e-5, help="weight decay (default {default})")
+    no_bn_wd: bool = flag(False, help="no weight decay on normalization layers")
+    # model.WD_EXEMPT; None: "norm" with --no-bn-wd, else "none"
+    wd_exempt: str | None = flag(None, choices=("none", "norm", "bn-name", "1d"),
+                                 help="parameters without weight decay: none, norm (normalization layers, = "
+                                      "--no-bn-wd), bn-name (names containing 'bn', FFCV), 1d (1-d parameters and "
+                                      "biases, timm)")
+    label_smoothing: float = flag(0.1, help="default {default}")
+    loss: str = flag("ce", choices=("ce", "bce"),  # loss.LOSSES
+                     help="ce (cross-entropy) or bce (one sigmoid per class, ResNet Strikes Back)")
+    bce_target_thresh: float | None = flag(None, type=float, metavar="T",  # timm's
+                                           help="bce: targets above T become 1, the rest 0 (RSB: 0.2)")
+    accumulate: int = flag(1, type=positive_int, metavar="N",
+                           help="one optimizer step per N loader batches (gradients summed): the global batch x N")
+    schedule: str = flag("cosine", choices=SCHEDULES,
+                         help="cosine/linear/step: after warmup, per iteration; triangle: FFCV's (per iteration); "
+                              "step-epochs, cosine-epochs: torchvision's (per epoch); timm-cosine: timm's (per epoch)")
+    lr_peak_epoch: float = flag(2.0, help="triangle: epoch of the peak (default {default})")
+    lr_start_factor: float = flag(0.0, metavar="F", help="triangle, cosine-epochs, timm-cosine: the lr at the start, "
+                                                         "as a fraction of the peak")
+    lr_end_factor: float = flag(0.0, metavar="F", help="triangle: the lr at the end; cosine-epochs, timm-cosine: the "
+                                                       "floor; fractions of the peak")
+    lr_step_epochs: int = flag(30, type=positive_int, help="step-epochs: decay every N epochs")
+    lr_gamma: float = flag(0.1, help="step-epochs: the decay factor")
+    warmup_epochs: float | None = flag(None, type=float, metavar="W",  # None: default_warmup(epochs)
+                                       help=f"linear lr warmup from lr/steps to lr over W epochs (may be fractional; "
+                                            f"0: none). Default {DEFAULT_WARMUP_EPOCHS:g}, or a quarter of --epochs "
+                                            f"when that is shorter: the default lr follows the linear scaling rule "
+                                            f"(0.8 at global batch 2048), which needs a warmup")
+    ema: float | None = flag(None, type=float, metavar="DECAY", help="keep and evaluate an EMA of the weights")
+    ema_every: int = flag(1, type=positive_int, metavar="N", help="update the EMA after every N-th optimizer step of "
+                                                                  "an epoch (torchvision: 32)")
+    ema_ramp: bool = flag(True, action=argparse.BooleanOptionalAction,
+                          help="decay min(DECAY, (1+n)/(10+n)) over updates n (default {default}); off: constant "
+                               "(torchvision)")
+    ema_copy_epochs: int = flag(0, metavar="N", help="copy the weights into the EMA instead of averaging in the first "
+                                                     "N epochs (torchvision)")
+    zero_init_residual: bool = flag(True, action=argparse.BooleanOptionalAction,
+                                    help="ResNets: zero-initialise the last BN of each block (default {default}; "
+                                         "torchvision's own is off)")
+    blurpool: bool = flag(False, action=argparse.BooleanOptionalAction,  # model.apply_blurpool
+                          help="FFCV's BlurPool: a [1,2,1]x[1,2,1]/16 blur before every strided conv with >= 16 inputs")
+    sync_bn: bool = flag(False, help="SyncBatchNorm under DDP")
+    amp: str = flag("bf16", choices=AMP_CHOICES,
+                    help="bf16 autocast, fp16 autocast + GradScaler, or fp32 (default {default})")
+    channels_last: bool | None = flag(None, action=argparse.BooleanOptionalAction,  # None: on for CUDA, off on the CPU
+                                      help="channels_last memory format (default: on with CUDA, off on the CPU)")
+    compile: bool = flag(False, help="torch.compile the model (dynamic=False: one graph per train resolution)")
+
+    res: int = flag(176, type=positive_int, group="resolution and augmentation",
+                    help="train resolution (start of the ramp; default {default})")
+    end_res: int | None = flag(None, type=positive_int, help="progressive resizing: final train resolution")
+    ramp_epochs: tuple[int, int] | None = flag(None, type=epoch_pair, metavar="A,B",  # None: schedule.default_ramp
+                                               help="ramp from --res at epoch A to --end-res at epoch B (default "
+                                                    "70%%,85%% of --epochs)")
+    val_res: int = flag(256, type=positive_int, help="val resize, shorter side (default {default})")
+    val_crop: int = flag(224, type=positive_int, help="val center crop (default {default})")
+    val_crop_ratio: float | None = flag(None, type=float, metavar="R",
+                                        help="FFCV's val crop instead: the centred R x shorter side, resized to "
+                                             "--val-crop (FFCV: 0.875)")
+    tta: bool = flag(False, action=argparse.BooleanOptionalAction,
+                     help="evaluate logits(x) + logits(flip(x)) (FFCV's test-time augmentation)")
+    eval_every: int = flag(1, metavar="N", help="evaluate after every N-th epoch (0: only the last); the last epoch "
+                                                "always")
+    eval_real: bool = flag(False, action=argparse.BooleanOptionalAction,  # manifests/imagenet-1k/real_labels.json
+                           help="also report ReaL top-1 (needs the original val keys and the ImageNet-1k label space)")
+    aug: str = flag("none", choices=AUG_CHOICES,
+                    help="CPU-side policy applied by the loader workers: ra RandAugment, ta TrivialAugment, ta_wide "
+                         "(bilinear, torchvision's reference), aa AutoAugment, jitter ColorJitter, or a timm "
+                         "RandAugment string such as rand-m6-mstd0.5-inc1 (not with --gpu-decode)")
+    ra_reps: int = flag(1, type=positive_int, metavar="R",  # loader/plan.py
+                        help="repeated augmentation: ~1/R of the samples an epoch, each R times (torchvision "
+                             "--ra-reps)")
+    mixup: float = flag(0.0, metavar="ALPHA")
+    cutmix: float = flag(0.0, metavar="ALPHA")
+    random_erase: float = flag(0.0, metavar="P")
+    random_erase_fill: str = flag("noise", choices=("noise", "zero"),  # timm's "pixel" | torchvision's value=0
+                                  help="noise: N(0,1) per pixel (timm); zero: 0 after normalization (torchvision)")
+
+    # not flags: set by --recipe (trainer/recipe.py)
     recipe_overrides: dict = field(default_factory=dict)  # field -> the recipe's value a flag replaced
     recipe_scaling: dict = field(default_factory=dict)    # how the recipe was fitted to this world size
-    checkpoint_every: str | None = None      # mid-epoch checkpoints: "30m", "2000steps", "30m,2000steps"
-    stop_check_every: int = 8                # steps between the ranks' agreements on a stop (lifecycle.py)
+
+
+def imagenet_1k_sizes() -> tuple[int, int]:
+    """(classes, train samples) of ImageNet-1k, from manifests/imagenet-1k (its class table and split
+    sizes): what --show assumes without data, and what sizes a --synthetic-data run without --data."""
+    from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
+
+    return len(imagenet_1k_classes()), int(imagenet_1k_facts()["splits"]["train"]["num_samples"])
 
 
 def default_warmup(epochs: int) -> float:

@@ -81,7 +81,7 @@ def _recipe_record(config: TrainConfig, info: DistInfo, out: Path, parts: Parts,
     resolved for this run's world size and data) written by rank 0."""
     if not config.recipe:
         return {}
-    from imagenet_shards.train.recipes import describe
+    from imagenet_shards.train.trainer.recipe import describe
     from imagenet_shards.pipeline.storage.atomic import write_atomic
     resolved = describe(config, world_size=info.world_size, num_train=num_train,
                         steps_per_epoch=parts.steps_per_epoch)

@@ -10,7 +10,8 @@ The classes are real WNIDs chosen so that every known label space keeps some and
 winter21 drops), the rest spread over the 22k table. Class sizes differ (`SMALL_CLASSES` get
 `small_per_class`), so a held-out split meets classes with fewer images than it takes. Planted:
 a WNID-named member that is not a tar (`NOT_A_TAR`: prepare-shards skips it, with its reason), a
-PNG named `.JPEG` and a tiny image. Same arguments give byte-identical files (tar metadata fixed,
+PNG named `.JPEG` and a tiny image. `unknown_wnids` adds class tars of WNIDs no label space has
+(`UNKNOWN_WNID`: what prepare-shards' release default refuses unless asked). Same arguments give byte-identical files (tar metadata fixed,
 gzip mtime 0). `expected.json` lists every member with its WNID.
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imagenet_shards.pipeline.format.label_spaces import label_space
+from imagenet_shards.pipeline.format.label_spaces import WNID_RE, label_space
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.tools.synthetic.archives import tar_bytes
 from imagenet_shards.pipeline.tools.synthetic.images import class_styles, encode_sample, render
@@ -44,6 +45,7 @@ COVERAGE = {
 REMOVED_IN_WINTER21 = ("n09505153",)
 NOT_A_TAR = "n15102894"  # the last 22k WNID: its member holds a text file, not a tar
 SMALL_CLASSES = 2  # the last two chosen classes hold small_per_class images
+UNKNOWN_WNID = "n99999999"  # a well-formed WNID that no release and no known label space has
 
 
 def choose_full_classes(num_classes: int) -> list[str]:
@@ -74,8 +76,10 @@ def _tar_members(wnid: str, count: int, style, seed: int, code: int) -> list[tup
 
 
 def generate_full(out, *, classes: int = 8, per_class: int = 12, small_per_class: int = 2, seed: int = 0,
-                  layouts=FULL_LAYOUTS) -> dict:
+                  layouts=FULL_LAYOUTS, unknown_wnids=()) -> dict:
     """Write the fall11 and/or winter21 layouts under `out`; returns (and writes) expected.json's dict.
+    `unknown_wnids`: WNIDs outside every known label space, each added as a class tar of
+    `small_per_class` images (listed in expected.json's `unknown_wnids` and `samples`).
 
     ValueError for arguments that cannot work (fewer classes than the coverage needs, ...)."""
     layouts = tuple(dict.fromkeys(layouts))
@@ -86,10 +90,15 @@ def generate_full(out, *, classes: int = 8, per_class: int = 12, small_per_class
                          f"{len(COVERAGE) + SMALL_CLASSES} (one per label-space case, two small ones)")
     if per_class < 3 or not 1 <= small_per_class < per_class:
         raise ValueError("--train-per-class must be at least 3 and the small classes' count between 1 and it")
+    known = set(label_space("imagenet-21k-goog").wnids) | set(label_space("imagenet-1k").wnids)  # every space's
+    bad = [w for w in unknown_wnids if not WNID_RE.match(w) or w in known]
+    if bad:
+        raise ValueError(f"unknown_wnids must be WNIDs (nXXXXXXXX) that no label space has, got {', '.join(bad)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    wnids = choose_full_classes(classes)
-    small = [w for w in wnids if w not in COVERAGE][-SMALL_CLASSES:]
+    chosen = choose_full_classes(classes)
+    wnids = sorted(set(chosen) | set(unknown_wnids))
+    small = [w for w in chosen if w not in COVERAGE][-SMALL_CLASSES:] + list(unknown_wnids)
     styles = dict(zip(wnids, class_styles(len(wnids), seed)))
     inner, samples = {}, []
     for code, wnid in enumerate(wnids):
@@ -113,7 +122,8 @@ def generate_full(out, *, classes: int = 8, per_class: int = 12, small_per_class
         files["winter21"] = WINTER21_TGZ
     expected = {"args": {"classes": classes, "per_class": per_class, "small_per_class": small_per_class,
                          "seed": seed, "layouts": list(layouts)},
-                "classes": wnids, "small_classes": small, "coverage": COVERAGE,
+                "classes": chosen, "small_classes": small[:SMALL_CLASSES], "coverage": COVERAGE,
+                **({"unknown_wnids": sorted(unknown_wnids)} if unknown_wnids else {}),
                 "removed_in_winter21": list(REMOVED_IN_WINTER21), "not_a_tar": f"{NOT_A_TAR}.tar",
                 "files": files, "samples": samples}
     with atomic_open(out / "expected.json", fsync=False) as f:

@@ -265,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "ilsvrc; parquet needs pyarrow); or the full-ImageNet releases, on their own: fall11 "
                              "(OUT/fall11_whole.tar of per-synset tars) and winter21 (OUT/winter21_whole.tar.gz), "
                              "--classes WNIDs spread over every label space; default ilsvrc")
+    parser.add_argument("--unknown-wnids", metavar="WNID,...", default="",
+                        help="with the fall11/winter21 layouts: also a class tar of each of these WNIDs, which no "
+                             "label space has (e.g. n99999999: what prepare-shards refuses unless asked)")
     parser.add_argument("--imagenet-like", action="store_true",
                         help="clean images with ImageNet's bytes per pixel (~0.6 at q75..95), size spread (~17%% "
                              "over 500 px, a few up to 4000 px) and ~2%% progressive JPEGs: the set for speed "
@@ -282,10 +285,13 @@ def main(argv=None) -> int:
     args.out = Path(storage.local_path(args.out))
     layouts = tuple(s.strip() for s in args.layout.split(",") if s.strip())
     start = time.perf_counter()
+    if args.unknown_wnids and not (layouts and set(layouts) <= set(FULL_LAYOUTS)):
+        print("error: --unknown-wnids goes with the full-ImageNet layouts (--layout fall11,winter21)", file=sys.stderr)
+        return 2
     if layouts and set(layouts) <= set(FULL_LAYOUTS):
         try:
             expected = generate_full(args.out, classes=args.classes, per_class=args.train_per_class, seed=args.seed,
-                                     layouts=layouts)
+                                     layouts=layouts, unknown_wnids=tuple(w for w in args.unknown_wnids.split(",") if w))
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

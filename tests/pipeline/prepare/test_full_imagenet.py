@@ -14,7 +14,8 @@ import pytest
 
 from imagenet_shards.pipeline.audit.holdout import check_holdout
 from imagenet_shards.pipeline.audit.run import audit
-from imagenet_shards.pipeline.format.label_spaces import label_space, present_space, read_label_space_file
+from imagenet_shards.pipeline.format.label_spaces import (LabelSpaceError, label_space, label_space_option, present_space,
+                                                          read_label_space_file)
 from imagenet_shards.pipeline.prepare import onepass
 from imagenet_shards.pipeline.prepare.cli import main as prepare_main
 from imagenet_shards.pipeline.prepare.config import Config, ConfigError
@@ -60,8 +61,9 @@ def test_every_label_space_labels_by_its_table_and_counts_what_it_leaves_out(ful
                          present_space(_expected(src)["classes"])), name
     else:
         space, option = label_space(name), name
+    parsed = None if option is None else label_space_option(option)  # as the CLI parses it, once
     prepare(out=str(out), train=str(src / FALL11_TAR), config=Config(splits=("train",), shard_samples=1000,
-                                                                        label_space=option),
+                                                                        label_space=parsed),
             workers=1, progress=False)
     m = json.loads((out / "manifest.json").read_text())
     assert m["label_space"]["name"] == (space.name if name != "file" else "file")
@@ -216,11 +218,13 @@ def test_a_bad_label_space_file_exits_2_with_one_line_naming_the_line(full_image
 
 def test_options_that_cannot_go_together_are_refused(full_imagenet, tmp_path):
     with pytest.raises(ConfigError, match="--label-space or --classes, not both"):
-        Config(label_space="imagenet-12k", classes=10)
+        Config(label_space=label_space("imagenet-12k"), classes=10)
     with pytest.raises(ConfigError, match="--splits must hold train and val"):
         Config(holdout_per_class=5, splits=("train",))
-    with pytest.raises(ConfigError, match="unknown label space 'imagenet-9k'"):
-        Config(label_space="imagenet-9k")
+    with pytest.raises(LabelSpaceError, match="unknown label space 'imagenet-9k'"):
+        label_space_option("imagenet-9k")
+    with pytest.raises(ConfigError, match="label_space takes a LabelSpace or 'present'"):
+        Config(label_space="imagenet-12k")  # a name is parsed once, by label_space_option, not by Config
     with pytest.raises(PrepareError, match="give it or --val, not both"):
         prepare(out=str(tmp_path / "o"), train=str(full_imagenet / FALL11_TAR), val=str(full_imagenet / FALL11_TAR),
                 config=Config(holdout_per_class=2), progress=False)

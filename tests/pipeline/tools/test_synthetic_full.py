@@ -8,9 +8,12 @@ import io
 import json
 import tarfile
 
+import pytest
+
 from imagenet_shards.pipeline.format.label_spaces import label_space
 from imagenet_shards.pipeline.tools.synthetic.full_imagenet import (COVERAGE, FALL11_TAR, NOT_A_TAR,
-                                                                    REMOVED_IN_WINTER21, WINTER21_TGZ)
+                                                                    REMOVED_IN_WINTER21, UNKNOWN_WNID, WINTER21_TGZ,
+                                                                    generate_full)
 from imagenet_shards.pipeline.tools.synthetic.generate import main
 
 
@@ -51,3 +54,23 @@ def test_both_releases_hold_the_same_class_tars_and_every_label_space_case(tmp_p
 def test_too_few_classes_for_the_coverage_is_refused(tmp_path, capsys):
     assert main([str(tmp_path / "x"), "--layout", "fall11", "--classes", "3", "--quiet"]) == 2
     assert "too few for the full-ImageNet layouts" in capsys.readouterr().err
+
+
+def test_unknown_wnids_add_a_class_tar_no_label_space_has(tmp_path):
+    expected = generate_full(tmp_path / "g", classes=8, per_class=3, small_per_class=1, layouts=("fall11",),
+                             unknown_wnids=(UNKNOWN_WNID,))
+    with tarfile.open(tmp_path / "g" / FALL11_TAR) as tar:
+        assert f"{UNKNOWN_WNID}.tar" in tar.getnames()
+    assert expected["unknown_wnids"] == [UNKNOWN_WNID] and UNKNOWN_WNID not in expected["classes"]
+    assert sum(s["wnid"] == UNKNOWN_WNID for s in expected["samples"]) == 1  # small_per_class images
+    with pytest.raises(ValueError, match="that no label space has, got n01440764"):
+        generate_full(tmp_path / "h", unknown_wnids=("n01440764",))
+
+
+def test_the_cli_writes_unknown_wnids_with_the_full_layouts_only(tmp_path, capsys):
+    assert main([str(tmp_path / "g"), "--layout", "fall11", "--classes", "8", "--train-per-class", "3",
+                 "--unknown-wnids", UNKNOWN_WNID]) == 0
+    with tarfile.open(tmp_path / "g" / FALL11_TAR) as tar:
+        assert f"{UNKNOWN_WNID}.tar" in tar.getnames()
+    assert main([str(tmp_path / "h"), "--unknown-wnids", UNKNOWN_WNID]) == 2
+    assert "goes with the full-ImageNet layouts" in capsys.readouterr().err

@@ -12,9 +12,9 @@ import json
 import pytest
 import torch
 
-from imagenet_shards.train.recipes import describe
 from imagenet_shards.train.trainer import checkpoint as ckpt
 from imagenet_shards.train.trainer.cli import config_from_argv
+from imagenet_shards.train.trainer.recipe import describe
 from imagenet_shards.train.trainer.telemetry import read_metrics
 from tests.fixtures.trainer import run_cli
 

@@ -6,15 +6,19 @@ resolution ramp, --show for every recipe, overrides, world-size scaling, unknown
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from imagenet_shards.train.recipes import RECIPES, adjusted_ema_decay, describe, get_recipe
+from imagenet_shards.train.recipes import RECIPES, get_recipe
 from imagenet_shards.train.trainer.cli import config_from_argv, main
+from imagenet_shards.train.trainer.recipe import adjusted_ema_decay, describe
 from imagenet_shards.train.trainer.schedule import schedule_for
 
 N = 1281167  # ImageNet-1k train images: what --show assumes
@@ -237,3 +241,21 @@ def test_world_size_flag_only_with_show(tmp_path, capsys):
     assert main(["--recipe", "ffcv-rn18-16", "--out", str(tmp_path / "r"), "--world-size", "2",
                  "--synthetic-data"]) == 2
     assert "--world-size is for --show" in capsys.readouterr().err
+
+
+
+def test_the_recipes_are_data_that_import_nothing_from_the_trainer_or_the_loader():
+    """Every import in train/recipes/, at the top or inside a function, is of the standard library or
+    of train/recipes itself (resolving and describing a recipe are the trainer's: trainer/recipe.py)."""
+    from imagenet_shards.train import recipes
+
+    imported = set()
+    for path in Path(recipes.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+    ours = {m for m in imported if m.startswith("imagenet_shards")}
+    assert ours and all(m.startswith("imagenet_shards.train.recipes") for m in ours), ours
+    assert not {m.split(".")[0] for m in imported - ours} - set(sys.stdlib_module_names) - {"__future__"}

@@ -4,13 +4,17 @@ one-line loader errors, the --aug list. No training runs here except two tiny sy
 
 from __future__ import annotations
 
+import argparse
 import copy
+import dataclasses
+import re
 
 import pytest
 import torch
 
 from imagenet_shards.train.loader import decode
-from imagenet_shards.train.trainer import cli, distributed, host
+from imagenet_shards.train.recipes import RECIPES
+from imagenet_shards.train.trainer import cli, distributed, flags, host
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError, check_flags, local_paths, resolve
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.model import ModelEma, build_optimizer, optimizer_impl
@@ -97,6 +101,30 @@ def test_aug_with_gpu_decode_is_refused():
     info = _cuda_info()
     with pytest.raises(TrainError, match="--gpu-decode does not apply"):
         check_flags(TrainConfig(data="d", out="o", gpu_decode=True, aug="ra"), info)
+
+
+def test_the_parser_is_made_from_the_config_and_returns_only_the_flags_given():
+    parser = cli.build_parser()
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    dests = {a.dest for a in parser._actions} - {"help"}
+    assert dests - set(flags.CLI_ONLY) == {f.name for f in flags.flag_fields()} == set(flags.defaults())
+    assert fields - dests == {"recipe_overrides", "recipe_scaling"}  # set by --recipe, not flags
+    assert all(a.default is argparse.SUPPRESS for a in parser._actions)  # the defaults are TrainConfig's alone
+    assert vars(parser.parse_args([])) == {}
+    assert vars(parser.parse_args(["--epochs", "16", "--no-tta", "--storage-option", "a=b"])) == {
+        "epochs": 16, "tta": False, "storage_option": ["a=b"]}  # a flag equal to its default is still given
+    config, world, show = cli.config_from_argv(["--out", "o"])
+    assert (config, world, show) == (TrainConfig(data=None, out="o"), 1, False)
+
+
+def test_recipe_help_names_every_registered_recipe():
+    action = next(a for a in cli.build_parser()._actions if a.dest == "recipe")
+    listed = action.help.split(": ", 1)[1].split("; ", 1)[0]
+    names = set()
+    for item in re.split(r", (?![^{]*})", listed):  # commas outside the braces
+        stem, _, folded = item.partition("{")
+        names |= {stem + tail for tail in folded.rstrip("}").split(",")} if folded else {item}
+    assert names == set(RECIPES)
 
 
 def test_aug_choices_are_the_decoders_table():

@@ -5,7 +5,7 @@
  * copied untouched, so every decoder produces exactly the pixels of the original (tested); what
  * changes is the entropy coding: sequential (a progressive original becomes baseline), standard
  * Huffman tables, and restart markers every `interval_mcus(MCUs per row)` MCUs: a grid of ~32
- * pixel wide cells, one MCU row high. The loader (train/loader/_jpegcrop.c) hands libjpeg only
+ * pixel wide cells, one MCU row high. The loader (_jpegcrop.c) hands libjpeg only
  * the cells around a crop, so rows above and columns beside it are never entropy-decoded
  * (docs/loader.md). APPn and COM segments (EXIF, ICC...) are kept, as a pass-through keeps them.
  *
@@ -28,41 +28,10 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-#include "jpeg_warnings.h"  /* pipeline/format: which warnings are benign */
-
-struct rewrite_error {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    int warning;                     /* 1: stopped at a warning, 0: at an error */
-    char message[JMSG_LENGTH_MAX];   /* libjpeg's text for it */
-};
-
-static void on_error(j_common_ptr cinfo) {
-    struct rewrite_error *err = (struct rewrite_error *)cinfo->err;
-    err->warning = 0;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->jump, 1);
-}
-
-static void on_message(j_common_ptr cinfo, int level) {
-    if (level >= 0 || jpeg_warning_is_benign(cinfo))
-        return;
-    struct rewrite_error *err = (struct rewrite_error *)cinfo->err;
-    err->warning = 1;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->jump, 1);
-}
-
-static void init_error(struct rewrite_error *err) {
-    jpeg_std_error(&err->pub);
-    err->pub.error_exit = on_error;
-    err->pub.emit_message = on_message;
-    err->warning = 0;
-    err->message[0] = 0;
-}
+#include "jpeg_errors.h"  /* the error manager: stops at errors and at warnings about the data */
 
 /* (None, None) or ("error" | "warning", libjpeg's message): why libjpeg stopped. */
-static PyObject *verdict(int ok, const struct rewrite_error *err) {
+static PyObject *verdict(int ok, const struct jpeg_stop *err) {
     if (ok)
         return Py_BuildValue("(OO)", Py_None, Py_None);
     return Py_BuildValue("(ss)", err->warning ? "warning" : "error", err->message);
@@ -124,7 +93,7 @@ static PyObject *restart_rows(PyObject *self, PyObject *args) {
     Py_buffer buf;
     struct jpeg_decompress_struct src;
     struct jpeg_compress_struct dst;
-    struct rewrite_error err;
+    struct jpeg_stop err;
     struct output *out;
     volatile int ok = 0;
     (void)self;
@@ -138,8 +107,7 @@ static PyObject *restart_rows(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     memset(&src, 0, sizeof(src));  /* so the destroy calls are safe whatever failed */
     memset(&dst, 0, sizeof(dst));
-    init_error(&err);
-    src.err = dst.err = &err.pub;
+    src.err = dst.err = jpeg_stop_init(&err);
     if (buf.len < 4)
         snprintf(err.message, sizeof(err.message), "%s", "not a JPEG (under 4 bytes)");
     else if (setjmp(err.jump) == 0) {
@@ -197,7 +165,7 @@ PyDoc_STRVAR(check_doc,
 static PyObject *check(PyObject *self, PyObject *args) {
     Py_buffer buf;
     struct jpeg_decompress_struct src;
-    struct rewrite_error err;
+    struct jpeg_stop err;
     JSAMPLE *volatile row = NULL;
     volatile int ok = 0;
     (void)self;
@@ -205,8 +173,7 @@ static PyObject *check(PyObject *self, PyObject *args) {
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     memset(&src, 0, sizeof(src));
-    init_error(&err);
-    src.err = &err.pub;
+    src.err = jpeg_stop_init(&err);
     if (buf.len < 4)
         snprintf(err.message, sizeof(err.message), "%s", "not a JPEG (under 4 bytes)");
     else if (setjmp(err.jump) == 0) {

@@ -1,5 +1,6 @@
-"""From a recipe, the flags given on the command line and the world size to a run's config; and
-from a config to the resolved recipe as JSON (`--show`, RUN_DIR/recipe.json).
+"""A published recipe (train/recipes: records only) in the trainer: from a recipe, the flags given on
+the command line and the world size to a run's config (`resolve`); and from a config to the resolved
+recipe as JSON (`describe`: `--show`, RUN_DIR/recipe.json).
 
 Precedence: the trainer's defaults < the recipe's values < explicit flags. A flag that changes one
 of the recipe's values is an override, recorded (field -> the recipe's value) in the config, the
@@ -20,10 +21,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from imagenet_shards.train.recipes.record import Recipe
-from imagenet_shards.train.recipes.registry import get_recipe
-
-IMAGENET_TRAIN_SAMPLES = 1281167  # what --show assumes without data (manifests/imagenet-1k/facts.json)
+from imagenet_shards.train.loader.plan import epoch_plan
+from imagenet_shards.train.recipes import Recipe, get_recipe
+from imagenet_shards.train.trainer.config import imagenet_1k_sizes
+from imagenet_shards.train.trainer.schedule import run_resolution, schedule_for
 
 
 def _same(a, b) -> bool:
@@ -100,7 +101,6 @@ def _accumulate_hint(source_global: int, world_size: int, batch: int) -> str | N
 def steps_per_epoch_for(config, *, world_size: int, num_train: int) -> int:
     """Optimizer steps per epoch of `config` on `world_size` ranks over `num_train` samples: the
     loader's own epoch plan (loader/plan.py) for one rank, divided by --accumulate."""
-    from imagenet_shards.train.loader.plan import epoch_plan
     plans = epoch_plan([num_train], batch_size=config.batch_size, rank=0, world_size=world_size, workers=1,
                        train=True, repeats=max(1, config.ra_reps))
     steps = sum(len(p.batch_sizes) for p in plans) // max(1, config.accumulate)
@@ -111,10 +111,10 @@ def _wd_rule(config) -> str:
     return config.wd_exempt or ("norm" if config.no_bn_wd else "none")
 
 
-def describe(config, *, world_size: int, num_train: int = IMAGENET_TRAIN_SAMPLES,
-             steps_per_epoch: int | None = None) -> dict:
-    """The fully resolved recipe of `config` as JSON-able data, under stable names (docs/recipes.md)."""
-    from imagenet_shards.train.trainer.schedule import run_resolution, schedule_for
+def describe(config, *, world_size: int, num_train: int | None = None, steps_per_epoch: int | None = None) -> dict:
+    """The fully resolved recipe of `config` as JSON-able data, under stable names (docs/recipes.md);
+    without `num_train`, for ImageNet-1k's train split."""
+    num_train = imagenet_1k_sizes()[1] if num_train is None else num_train
     recipe = get_recipe(config.recipe) if config.recipe else None
     steps = steps_per_epoch or steps_per_epoch_for(config, world_size=world_size, num_train=num_train)
     schedule = schedule_for(config, max(1, steps))

@@ -2,31 +2,22 @@
 #ifndef JPEGCROP_REGION_H
 #define JPEGCROP_REGION_H
 
-#include <setjmp.h>
 #include <stddef.h>
-#include <stdio.h>
 
-#include <jpeglib.h>
+#include "jpeg_errors.h"
 
 enum region_status {
     REGION_OK = 0,
     REGION_DECLINED = 1,  /* not a 3-component YCbCr/RGB JPEG, or nothing of it in the region */
     REGION_ERROR = 2,     /* libjpeg stopped with an error (message) */
-    REGION_CORRUPT = 3,   /* libjpeg warned about the entropy-coded data (message; jpeg_warnings.h) */
+    REGION_CORRUPT = 3,   /* libjpeg warned about the entropy-coded data (message; jpeg_errors.h) */
     REGION_NO_MEMORY = 4,
-};
-
-struct region_error {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    int status;
-    char message[JMSG_LENGTH_MAX];
 };
 
 /* One region decode: region_start, then region_read (when it said REGION_OK), then region_end. */
 struct region {
     struct jpeg_decompress_struct cinfo;
-    struct region_error err;
+    struct jpeg_stop err;   /* jpeg_errors.h */
     unsigned char *entry;   /* the intervals the region needs, as a JPEG (jpegcrop_entry.c), or NULL */
     int x_skip, y_skip;     /* scaled pixels the entry leaves out left of and above its first one */
     /* what region_read writes, in pixels of the whole scaled image: columns [x, x + width), rows [y, y + rows) */

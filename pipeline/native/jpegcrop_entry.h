@@ -1,4 +1,4 @@
-/* Entering a JPEG at its restart markers (the turbo decoder, train/loader/_jpegcrop.c). */
+/* Entering a JPEG at its restart markers (the turbo decoder, _jpegcrop.c). */
 #ifndef JPEGCROP_ENTRY_H
 #define JPEGCROP_ENTRY_H
 

@@ -17,7 +17,7 @@
  *
  * What the extension cannot take is declined and the caller uses Pillow: not a 3-component
  * YCbCr/RGB JPEG (grayscale, CMYK), a libjpeg error. A libjpeg warning about the data (it pads a
- * damaged stream with grey and only warns; pipeline/format/jpeg_warnings.h) is reported as
+ * damaged stream with grey and only warns; jpeg_errors.h) is reported as
  * ("corrupt", message): the loader skips and counts the sample.
  */
 #define PY_SSIZE_T_CLEAN
@@ -33,7 +33,7 @@
 #include "jpegcrop_resample.h"
 
 #if !defined(JCS_EXTENSIONS) || !defined(LIBJPEG_TURBO_VERSION)
-#error "train/loader/_jpegcrop.c needs libjpeg-turbo (>= 2.0) headers, not IJG libjpeg"
+#error "pipeline/native/_jpegcrop.c needs libjpeg-turbo (>= 2.0) headers, not IJG libjpeg"
 #endif
 
 static PyObject *status_result(int status, const char *message) {

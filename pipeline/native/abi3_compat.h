@@ -1,4 +1,4 @@
-/* Force-included (cc -include) by scripts/build_gpu_wheel.py when it builds our C extensions against
+/* Force-included (cc -include) by scripts/gpu_check/build_gpu_wheel.py when it builds our C extensions against
  * Python's limited API (abi3), so one build imports under every CPython >= 3.11. The sources use a
  * few macros that only the full API defines; here they become the limited API's functions, which
  * do the same thing with a call instead of a struct access. The normal build (setup.py) never sees

@@ -1,4 +1,4 @@
-"""scripts/build_gpu_wheel.py: the wheel the GPU check carries (both C extensions, abi3, libjpeg-turbo
+"""scripts/gpu_check/build_gpu_wheel.py: the wheel the GPU check carries (both C extensions, abi3, libjpeg-turbo
 beside them) builds here, is manylinux, unpacks into a source tree, and its modules import and decode
 under another Python (3.12, as on the GPU machine, where one is installed) with the system libjpeg
 out of reach: hidden behind /dev/null in a private mount namespace where that is allowed, and in any
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SYSTEM_LIBJPEG = "/usr/lib/x86_64-linux-gnu/libjpeg.so.62"
 
 CHILD = textwrap.dedent("""
@@ -65,14 +65,14 @@ def _hidden(cmd: list[str]) -> tuple[list[str], bool]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu")
-    proc = subprocess.run([sys.executable, "scripts/build_gpu_wheel.py", "--out", str(out), "--json"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "scripts/gpu_check/build_gpu_wheel.py", "--out", str(out), "--json"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     if proc.returncode == 2 and ("not found" in proc.stderr or "no libjpeg" in proc.stderr or "no C compiler" in proc.stderr):
         pytest.skip(f"cannot build here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     tree = out / "tree"
-    unpacked = subprocess.run([sys.executable, "scripts/build_gpu_wheel.py", "--unpack", result["wheel"], "--into",
+    unpacked = subprocess.run([sys.executable, "scripts/gpu_check/build_gpu_wheel.py", "--unpack", result["wheel"], "--into",
                                str(tree), "--json"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert unpacked.returncode == 0, unpacked.stderr
     return result, tree, json.loads(unpacked.stdout)["unpacked"]

@@ -1,17 +1,17 @@
 """Build the wheel of our C extensions that the GPU check carries to the GPU machine, or unpack one
-into a source tree there (scripts/gpu_check.sh does). See docs/training.md, "GPU check".
+into a source tree there (scripts/gpu_check/gpu_check.sh does). See docs/training.md, "GPU check".
 
-  python scripts/build_gpu_wheel.py [--out .gpu] [--json]     here: build .gpu/<name>.whl
-  python scripts/build_gpu_wheel.py --unpack WHEEL [--into .]  there: put its modules into the tree
+  python scripts/gpu_check/build_gpu_wheel.py [--out .gpu] [--json]     here: build .gpu/<name>.whl
+  python scripts/gpu_check/build_gpu_wheel.py --unpack WHEEL [--into .]  there: put its modules into the tree
 
 Why a wheel of our own: that machine (the device tool's nvidia-h200) runs Python 3.12 with plain
 Pillow, no libjpeg headers and no package registry, so it can build neither extension, and without
 them the check would measure Pillow on shards without the restart-marker grid: neither our decoder
-nor our format. The wheel holds every extension setup.py lists (read from setup.py, so a new one
-comes along), each
+nor our format. The wheel holds every extension setup.py builds (from the C folder's table,
+pipeline/native/modules.py, so a new one comes along), each
 
 - compiled against Python's limited API (abi3, Py_LIMITED_API 3.11: one build imports under 3.11,
-  3.12 and later), with scripts/abi3_compat.h force-included (it maps the few full-API macros the
+  3.12 and later), with pipeline/native/abi3_compat.h force-included (it maps the few full-API macros the
   sources use onto limited-API calls); any other symbol outside the limited API fails the build;
 - linked against this machine's libjpeg-turbo (the one setup.py links and pillow-simd uses), whose
   shared library is copied beside each module under a name of its own (libjpeg-<sha8>.so.62, its
@@ -30,13 +30,13 @@ with it (cp311-abi3-manylinux_2_X_x86_64). Needs cc, Python.h, jpeglib.h, patche
 from __future__ import annotations
 
 import argparse
-import ast
 import base64
 import hashlib
 import importlib.util
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -45,8 +45,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIST = "imagenet_shards_gpu_ext"
+NATIVE = "pipeline/native"  # the C folder: sources, shared headers, abi3_compat.h
 LIMITED_API = "0x030B0000"  # 3.11: the first limited API with Py_buffer, which both modules take
 NAMESPACE = "imagenet_shards"
 PACKAGE_DIRS = {"imagenet_shards.pipeline": "pipeline", "imagenet_shards.train": "train"}  # pyproject package-dir
@@ -57,15 +58,11 @@ class BuildError(Exception):
     """One line saying what is missing."""
 
 
-def extensions(setup_py: Path = REPO / "setup.py") -> list[tuple[str, list[str], list[str]]]:
-    """(module name, source paths, include dirs) of every Extension(...) in setup.py, read without running it."""
-    found = []
-    for node in ast.walk(ast.parse(setup_py.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Extension":
-            name, sources = node.args[0].value, [s.value for s in node.args[1].elts]
-            include = next(([d.value for d in k.value.elts] for k in node.keywords if k.arg == "include_dirs"), [])
-            found.append((name, sources, include))
-    return found
+def extensions() -> list[tuple[str, list[str], list[str]]]:
+    """(module name, source paths, include dirs) of every extension setup.py builds: the table of the
+    C folder (pipeline/native/modules.py), read the way setup.py reads it."""
+    table = runpy.run_path(str(REPO / NATIVE / "modules.py"), run_name="modules")
+    return [(name, sources, [NATIVE]) for name, sources in table["extensions"]()]
 
 
 def _run(cmd: list[str], what: str) -> str:
@@ -103,7 +100,7 @@ def _write_wheel(stage: Path, path: Path, tag: str, version: str) -> None:
     info = f"{DIST}-{version}.dist-info"
     meta = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {DIST}\nVersion: {version}\n"
                                 f"Summary: imagenet-shards' C extensions (abi3, libjpeg-turbo bundled) for the GPU check\n",
-            f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: scripts/build_gpu_wheel.py\nRoot-Is-Purelib: false\n"
+            f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: scripts/gpu_check/build_gpu_wheel.py\nRoot-Is-Purelib: false\n"
                              f"Tag: {tag}\n"}
     files = {p.relative_to(stage).as_posix(): p.read_bytes() for p in sorted(stage.rglob("*")) if p.is_file()}
     files.update({k: v.encode() for k, v in meta.items()})
@@ -147,7 +144,7 @@ def build(out: Path) -> dict:
             target = stage / _module_path(name)
             target.parent.mkdir(parents=True, exist_ok=True)
             _run([*cc.split(), "-O3", "-fPIC", "-shared", f"-DPy_LIMITED_API={LIMITED_API}",
-                  "-Werror=implicit-function-declaration", "-include", str(REPO / "scripts/abi3_compat.h"),
+                  "-Werror=implicit-function-declaration", "-include", str(REPO / NATIVE / "abi3_compat.h"),
                   f"-I{include}", *(f"-I{REPO / d}" for d in include_dirs), *(str(REPO / s) for s in sources),
                   "-ljpeg", "-Wl,-rpath,$ORIGIN", "-o", str(target)],
                  f"compiling {sources[0]} against the limited API")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "benchmarks.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "benchmarks.py"
 
 
 @pytest.fixture(scope="module")

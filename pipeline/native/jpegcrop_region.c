@@ -11,7 +11,7 @@
  *   - DCT-domain scaling by num/8;
  *   - output straight into RGBX.
  * Errors and warnings: libjpeg's error ends the decode (REGION_ERROR); a warning about the data
- * (pipeline/format/jpeg_warnings.h: libjpeg pads a damaged stream with grey and only warns) ends it
+ * (jpeg_errors.h: libjpeg pads a damaged stream with grey and only warns) ends it
  * too, as REGION_CORRUPT: the caller counts a bad sample. Metadata warnings are ignored. Anything
  * unusual (grayscale, CMYK/YCCK) is declined, never guessed at. And crop_to_planes: a crop box to
  * its CHW batch slot, region decode plus the resampler (jpegcrop_resample.c). No Python here: the
@@ -24,36 +24,23 @@
 #include <string.h>
 #include <time.h>
 
-#include "jpeg_warnings.h"
+#include "jpeg_errors.h"
 #include "jpegcrop_entry.h"
 #include "jpegcrop_resample.h"
 
-static void on_error(j_common_ptr cinfo) {
-    struct region_error *err = (struct region_error *)cinfo->err;
-    err->status = REGION_ERROR;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->jump, 1);
-}
-
-static void on_message(j_common_ptr cinfo, int level) {
-    if (level >= 0 || jpeg_warning_is_benign(cinfo))
-        return;
-    struct region_error *err = (struct region_error *)cinfo->err;
-    err->status = REGION_CORRUPT;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->jump, 1);
+/* What libjpeg's stop means here: a warning about the data is a corrupt sample, anything else an error. */
+static int stopped(const struct region *r) {
+    return r->err.warning ? REGION_CORRUPT : REGION_ERROR;
 }
 
 int region_start(struct region *r, const unsigned char *data, size_t size, int num, const int *cells,
                  int left, int top, int right, int bottom, int fast) {
     memset(r, 0, sizeof(*r));  /* so region_end is safe whatever failed */
-    r->cinfo.err = jpeg_std_error(&r->err.pub);
-    r->err.pub.error_exit = on_error;
-    r->err.pub.emit_message = on_message;
+    r->cinfo.err = jpeg_stop_init(&r->err);
     if (size < 4 || data[0] != 0xFF || data[1] != 0xD8)
         return REGION_DECLINED;
     if (setjmp(r->err.jump))
-        return r->err.status;
+        return stopped(r);
     size_t entry_size = 0;
     int x_px = 0, y_px = 0;
     if (cells != NULL)
@@ -100,7 +87,7 @@ int region_start(struct region *r, const unsigned char *data, size_t size, int n
 
 int region_read(struct region *r, unsigned char *pixels, size_t stride) {
     if (setjmp(r->err.jump))
-        return r->err.status;
+        return stopped(r);
     if (r->y_stream > 0)
         jpeg_skip_scanlines(&r->cinfo, (JDIMENSION)r->y_stream);
     JSAMPROW ptrs[16];

@@ -1,12 +1,12 @@
-"""The parts of the GPU check that run inside one Python process with torch (scripts/gpu_check.py
+"""The parts of the GPU check that run inside one Python process with torch (scripts/gpu_check/gpu_check.py
 starts them as child processes, so the check's own process never holds a CUDA context), and the
 machine's description, which needs no torch (`environment`, called in the check's process).
 
-  python scripts/gpu_check_probe.py env --device D         -> JSON: versions, device, decoder, NVML
-  python scripts/gpu_check_probe.py decode DATA --src DIR  -> JSON: the --gpu-decode loader's timing, the
+  python scripts/gpu_check/gpu_check_probe.py env --device D         -> JSON: versions, device, decoder, NVML
+  python scripts/gpu_check/gpu_check_probe.py decode DATA --src DIR  -> JSON: the --gpu-decode loader's timing, the
                                                               JPEG engine's use (NVML), grid vs no grid,
                                                               and the stream-safety probe
-  torchrun ... scripts/gpu_check_probe.py rank OUT [--explain-arch A] -- TRAIN-ARGS
+  torchrun ... scripts/gpu_check/gpu_check_probe.py rank OUT [--explain-arch A] -- TRAIN-ARGS
                                                            -> per rank: train-imagenet TRAIN-ARGS, and
                                                               SyncBatchNorm under torch._dynamo.explain
                                                               without and in the process group;
@@ -39,23 +39,30 @@ def _libjpeg_maps() -> list[str]:
         return sorted({line.split()[-1] for line in f if "libjpeg" in line})
 
 
-def _extension(folder: str, name: str):
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _extension(folder: str, name: str, repo: Path = REPO):
     """Our extension module, found by file name in this tree and loaded alone (finding it through its
-    package would import the package, and so torch), or None."""
+    package would import the package, and so torch): (module, None), (None, None) when there is no
+    build of it for this Python, or (None, why) when one is there but does not import (a carried
+    wheel without its libjpeg, an unresolved symbol: the loader then uses Pillow, and the row says so)."""
     import importlib.machinery
     import importlib.util
-    repo = Path(__file__).resolve().parents[1]
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:  # this Python's order: its own build before abi3
         path = repo / folder / (name + suffix)
         if path.exists():
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-    return None
+            try:
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+            except Exception as e:  # noqa: BLE001 - ImportError, OSError: one line in the env step
+                return None, f"{path.name}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            return module, None
+    return None, None
 
 
-def environment(device: str) -> dict:
+def environment(device: str, repo: Path = REPO) -> dict:
     """Versions (package metadata), the decoder and extensions this tree gives this Python (and the
     libjpeg they load), the GPU (nvidia-smi), NVML, cores and /dev/shm: without importing torch."""
     import shutil
@@ -70,8 +77,9 @@ def environment(device: str) -> dict:
                 continue
         return None
 
-    crop = _extension("train/loader", "_jpegcrop")
-    tran = _extension("pipeline/prepare", "_jpegtran")
+    crop, crop_error = _extension("train/loader", "_jpegcrop", repo)
+    tran, tran_error = _extension("pipeline/prepare", "_jpegtran", repo)
+    errors = {name: why for name, why in (("_jpegcrop", crop_error), ("_jpegtran", tran_error)) if why}
     gpu = None
     if device == "cuda" and shutil.which("nvidia-smi"):
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
@@ -83,6 +91,7 @@ def environment(device: str) -> dict:
         "pillow": version("pillow-simd", "pillow", "Pillow"), "decoder": "turbo" if crop is not None else "pil",
         "turbo_libjpeg": getattr(crop, "LIBJPEG_TURBO_VERSION", None),
         "jpegcrop_from": getattr(crop, "__file__", None), "jpegtran_from": getattr(tran, "__file__", None),
+        "extension_errors": errors,
         "libjpeg_loaded": _libjpeg_maps(), "device_name": gpu or "cpu", "nvml": JpegEngine().available_why,
         "cores": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
         "shm_total_gib": round(st.f_blocks * st.f_frsize / 2**30, 2) if st else None,
@@ -97,6 +106,7 @@ class JpegEngine:
     def __init__(self, interval: float = 0.02, nvml=None):
         self.samples: list[int] = []
         self.interval, self.handle, self.nvml = interval, None, nvml
+        self.period_us: int | None = None
         try:
             if self.nvml is None:
                 import pynvml as nvml_module
@@ -118,7 +128,9 @@ class JpegEngine:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(int(self.nvml.nvmlDeviceGetJpgUtilization(self.handle)[0]))
+            value, period_us = self.nvml.nvmlDeviceGetJpgUtilization(self.handle)[:2]
+            self.samples.append(int(value))
+            self.period_us = int(period_us)  # NVML's own averaging window for that figure
             self._stop.wait(self.interval)
 
     def __exit__(self, *exc) -> None:
@@ -132,8 +144,10 @@ class JpegEngine:
             return {"available": self.available_why, "summary": f"not sampled ({self.available_why})"}
         busy = sum(v > 0 for v in s)
         out = {"available": "yes", "samples": len(s), "busy_samples": busy, "mean_pct": sum(s) / len(s) if s else None,
-               "max_pct": max(s) if s else None}
-        out["summary"] = (f"busy in {busy}/{len(s)} samples, mean {out['mean_pct'] or 0:.0f} %, max {out['max_pct']} %"
+               "max_pct": max(s) if s else None, "interval_s": self.interval, "sampling_period_us": self.period_us,
+               "used": busy > 0 if s else None}
+        out["summary"] = (f"busy in {busy}/{len(s)} samples, mean {out['mean_pct'] or 0:.0f} %, max {out['max_pct']} % "
+                          f"(read every {1000 * self.interval:.0f} ms; NVML averages over {self.period_us} us)"
                           if s else "no sample")
         return out
 

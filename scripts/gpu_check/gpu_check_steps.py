@@ -1,4 +1,4 @@
-"""The GPU check's steps that are more than one run (scripts/gpu_check.py runs them in order): the
+"""The GPU check's steps that are more than one run (scripts/gpu_check/gpu_check.py runs them in order): the
 two-rank DDP step and its SyncBatchNorm verdict, the recipe runs, bench-loader, and the figures
 derived from two runs (drift, the compile speedup)."""
 
@@ -10,15 +10,17 @@ import socket
 import time
 from pathlib import Path
 
+from gpu_check_child import kill_group
 from gpu_check_report import ProcSampler
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPES = {"recipe_rn50": "ffcv-rn50-16", "recipe_rn18": "ffcv-rn18-16"}
 
 
 def recipe_available() -> bool:
-    """Whether this tree's train-imagenet has --recipe (issue 19), read from its sources (no import)."""
-    return any('"--recipe"' in p.read_text() for p in (REPO / "train" / "trainer").glob("*.py"))
+    """Whether this tree's train-imagenet has --recipe (issue 19), read from its sources (no import;
+    anywhere under train/trainer/, whose modules may sit in subfolders)."""
+    return any('"--recipe"' in p.read_text() for p in (REPO / "train" / "trainer").rglob("*.py"))
 
 
 def drift(run: dict, top: float | None) -> dict:
@@ -28,8 +30,11 @@ def drift(run: dict, top: float | None) -> dict:
 
 
 def compiled(run: dict, top: float | None) -> dict:
+    """The compile row: its window against its own (compiled) ceiling, and that ceiling against the eager one."""
     own = run["derived"].get("own_ceiling_img_per_s")
-    run["derived"].update(ceiling_img_per_s=own, compile_speedup=own / top if own and top else None)
+    img = run["window"]["img_per_s"]
+    run["derived"].update(ceiling_img_per_s=own, compile_speedup=own / top if own and top else None,
+                          efficiency=img / own if img and own else None)
     return run
 
 
@@ -65,8 +70,8 @@ def ddp_step(c, data: list, timeout: float) -> dict:
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
     alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
+    left = [pid for p in procs for pid in kill_group(p.pid)]  # each rank and its workers, ended or not
+    for p in procs:
         p.join()
     proc = sampler.stop()
     proc.pop("series")
@@ -89,6 +94,7 @@ def ddp_step(c, data: list, timeout: float) -> dict:
     detail = (f"{loader}: weights {'identical' if checks['same_weights'] else 'DIFFER'} on both ranks, "
               f"{res0['step']}/{res1['step']} steps, val {res0['val_samples']}/{res1['val_samples']} images")
     return {"proc": proc, "checks": checks, "verdict": "ok" if all(checks.values()) else "FAILED", "detail": detail,
+            "left_behind": left,
             "ranks": ranks, "syncbn_compile": syncbn_verdict(ranks[0])}
 
 
@@ -107,7 +113,7 @@ def syncbn_verdict(rank: dict) -> dict:
             "detail": f"in a 2-rank process group: {text(grouped)}; without one: {text(alone)}"}
 
 
-def recipe_step(c, key: str, name: str, data: list, workers: int, decoder: str, timeout: float) -> dict:
+def recipe_step(c, key: str, name: str, data: list, workers: int, timeout: float) -> dict:
     if not recipe_available():
         return {"status": "not run: --recipe not available in this tree"}
     epochs = 3 if key == "recipe_rn18" and not c.smoke else 2  # rn18's batch of 1024: few steps per epoch
@@ -115,4 +121,4 @@ def recipe_step(c, key: str, name: str, data: list, workers: int, decoder: str, 
                                             "--measure-ceiling", 3 if c.smoke else c.sz.ceiling_batches, *c.sz.toy],
                     timeout, sized=False,
                     workers=workers, epochs=tuple(range(1, epochs)))
-    return c.efficiency(run, None, decoder)
+    return c.efficiency(run, None)
