@@ -1,5 +1,6 @@
 """Issue 34's prototype: the region decode's entropy decoding, as today and with two ways out of
-libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code).
+libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code), and the way that was
+built into the loader (the ``product`` mode: region_start with the own decoder's hook as built).
 
     python bench/jpeg_entropy/bench_entropy.py WORK [--images 300] [--rounds 5] [--seed 0] [--no-callgrind]
                                                [--flips 8] [--json]
@@ -10,13 +11,14 @@ libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code).
    500, q90);
 2. **corpus** (WORK/corpus.bin): every train JPEG of the shards with the crop box the loader draws
    for it in epoch 0 (``batching.sample_rng`` -> ``decode.random_resized_crop_params``, 224 px);
-3. **build** (WORK/entropy_bench): ``cc -O2`` over this folder's C files, the vendored and patched
+3. **build** (WORK/entropy_bench): ``cc -O2`` over entropy_bench.c, the vendored and patched
    ``vendor/jdhuff_patched.c`` (libjpeg-turbo 2.1.5), and the loader's own region-decode C files
-   (found wherever they live in the tree, compiled unchanged) against the system libjpeg-turbo;
+   (found wherever they live in the tree, compiled unchanged), the own decoder among them
+   (``pipeline/native/jpegcrop_cells.c``, "cells.c" below), against the system libjpeg-turbo;
 4. **check**: on every image, the coefficients libjpeg writes in the region decode equal the
    patched decoder's and cells.c's (1, 2, 4 streams), cells.c's over the whole entry JPEG equal
-   ``jpeg_read_coefficients``', and the region's pixels are byte-identical in every mode; a
-   difference fails the run (exit 1) before anything is timed;
+   ``jpeg_read_coefficients``', and the region's pixels are byte-identical in every mode (the
+   built hook's too); a difference fails the run (exit 1) before anything is timed;
 5. **timing**: each mode over the whole corpus, modes taking turns, ``--rounds`` times; the median
    round, microseconds per image (this thread's CPU time: still noisy on a shared box, say so);
 6. **instructions**: one round of each mode under ``valgrind --tool=callgrind`` (collecting only
