@@ -46,6 +46,9 @@
 #endif
 
 #define STREAMS 2 /* cells interleaved: measured best (docs/loader.md, issue 34) */
+/* Coefficients held at most per thread (16 MiB: ~21,000 MCUs, a 4:2:0 region of ~2,900 x 1,900 px
+ * from the top); a larger region is libjpeg's, which holds one MCU row at a time. */
+#define MAX_COEF_BYTES ((size_t)16 << 20)
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 
@@ -131,6 +134,11 @@ static void begin_own(struct region *r, int counted) {
     int rows = region_mcu_rows(r);
     /* whole cells: up to one cell's MCUs past the rows */
     size_t need = ((size_t)scan->mcus_per_row * rows + scan->mcus_per_cell) * scan->blocks_in_mcu * DCTSIZE2;
+    if (need * sizeof(JCOEF) > MAX_COEF_BYTES) {
+        if (counted)
+            count(1);
+        return;
+    }
     if (need > coef_size) {
         free(coef_mem);
         coef_mem = malloc(need * sizeof(JCOEF));

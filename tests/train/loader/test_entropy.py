@@ -80,13 +80,20 @@ def assert_same_everywhere(images: list[bytes], seed: int) -> int:
                 assert ra == rb, (i, res, box, ra, rb)
                 assert a.tobytes() == b.tobytes(), (i, res, box)
                 calls += 1
+            # decoded from the top (rows above skipped by jpeg_skip_scanlines), not entered at the markers
+            a, b = np.empty((3, res, res), np.uint8), np.empty((3, res, res), np.uint8)
+            assert (J.crop_into(data, a, *box, False, restarts=False, entropy="own")
+                    == J.crop_into(data, b, *box, False, restarts=False, entropy="libjpeg"))
+            assert a.tobytes() == b.tobytes(), (i, res, box)
+            calls += 1
         for denom in (1, 2, 8):
             sw, sh = -(-w // denom), -(-h // denom)
             for region in ((0, 0, sw, sh), (sw // 3, sh // 2, sw // 3 + max(1, sw // 4), sh)):
-                own = J.decode_region(data, denom, *region, entropy="own")
-                lib = J.decode_region(data, denom, *region, entropy="libjpeg")
-                assert own == lib, (i, denom, region)
-                calls += 1
+                for restarts in (True, False):
+                    own = J.decode_region(data, denom, *region, restarts=restarts, entropy="own")
+                    lib = J.decode_region(data, denom, *region, restarts=restarts, entropy="libjpeg")
+                    assert own == lib, (i, denom, region, restarts)
+                    calls += 1
     return calls
 
 
@@ -134,6 +141,21 @@ def test_files_it_does_not_take_go_to_libjpeg_with_the_same_output():
     after = J.entropy_counts()
     assert after["own"] == before["own"]
     assert after["not_taken"] - before["not_taken"] == (3 if OWN_AVAILABLE else 0)
+
+
+@needs_own
+def test_a_region_too_large_for_its_memory_cap_goes_to_libjpeg():
+    """More than 16 MiB of coefficients (a 3200 x 2400 4:2:0 image decoded whole: ~30,000 MCUs) is
+    libjpeg's; a smaller crop of the same file is the own decoder's. Same bytes either way."""
+    img = Image.fromarray(np.asarray(texture_image(400, 300, seed=4))).resize((3200, 2400))
+    data = _jpeg(img, restart_marker_blocks=2)
+    for box, own_expected in (((0.0, 0.0, 2400.0, 3200.0), 0), ((1000.0, 1000.0, 300.0, 400.0), 1)):
+        before = J.entropy_counts()
+        ra, a, rb, b = crop_both(data, box, 1024 if own_expected == 0 else 224, False)
+        after = J.entropy_counts()
+        assert ra is None and rb is None and a.tobytes() == b.tobytes()
+        assert after["own"] - before["own"] == own_expected, (box, before, after)
+        assert after["not_taken"] - before["not_taken"] == 1 - own_expected
 
 
 def _jpeg(img: Image.Image, quality: int = 90, **kw) -> bytes:
