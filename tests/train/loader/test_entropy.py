@@ -144,6 +144,25 @@ def test_files_it_does_not_take_go_to_libjpeg_with_the_same_output():
 
 
 @needs_own
+def test_threads_decoding_at_once_get_the_serial_bytes(photo_shards):
+    """crop_into releases the GIL and the own decoder's memory is per thread: 4 threads cropping
+    the same images at once get what one thread gets, byte for byte."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    images = stored_jpegs(photo_shards)
+    jobs = [(data, box) for data in images for box in boxes(*J.header(data)[:2], random.Random(len(data)))]
+
+    def run(job):
+        out = np.empty((3, 160, 160), np.uint8)
+        assert J.crop_into(job[0], out, *job[1], False, entropy="own") is None
+        return out.tobytes()
+
+    serial = [run(j) for j in jobs]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(run, jobs * 2)) == serial * 2
+
+
+@needs_own
 def test_a_region_too_large_for_its_memory_cap_goes_to_libjpeg():
     """More than 16 MiB of coefficients (a 3200 x 2400 4:2:0 image decoded whole: ~30,000 MCUs) is
     libjpeg's; a smaller crop of the same file is the own decoder's. Same bytes either way."""
