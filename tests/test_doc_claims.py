@@ -444,3 +444,22 @@ def test_audit_md_json_report_has_the_keys_audit_shards_writes(doc_playground):
     written = json_keys(report) - splits
     assert written - shown == set(), sorted(written - shown)  # every key it writes is shown
     assert shown - written - {"train", "val", "within_train", "within_val"} == set()  # and nothing it does not
+
+
+def test_recipes_md_names_every_show_key_and_only_those():
+    """docs/recipes.md's `--show` key list and `scaling` paragraph against what `describe` writes, for
+    a recipe with every optional part (tv-rn50-v2: EMA, so `scaling` has the EMA keys too)."""
+    from imagenet_shards.train.trainer.cli import config_from_argv
+    from imagenet_shards.train.trainer.recipe import describe
+
+    text = (REPO / "docs" / "recipes.md").read_text()
+    keys_part = text[text.index("The keys, under stable names"):text.index("`scaling` holds")]
+    scaling_part = text[text.index("`scaling` holds"):].split("\n\n", 1)[0]  # its one paragraph
+    config, world, _ = config_from_argv(["--recipe", "tv-rn50-v2", "--show", "--world-size", "2"])
+    d = describe(config, world_size=world)
+    listed = set(re.findall(r"`(\w+)`", keys_part))
+    assert set(d) == listed, (sorted(set(d) - listed), sorted(listed - set(d)))
+    retimed, _, _ = config_from_argv(["--recipe", "ffcv-rn18-16", "--show", "--epochs", "8"])  # the ramp's keys
+    written = json_keys(d["scaling"]) | json_keys(describe(retimed, world_size=1)["scaling"])
+    in_scaling = set(re.findall(r"`(\w+)`", scaling_part)) - {"linear", "sqrt", "scaling"}
+    assert written == in_scaling, (sorted(written - in_scaling), sorted(in_scaling - written))

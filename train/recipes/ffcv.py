@@ -31,6 +31,12 @@ RN18_TABLE = {
     88: (65, 76, 0.724, 0.903, 187.3),
 }
 
+# The ramp's rule across the table: start_ramp = 3/4 x E - 1 and end_ramp = 7/8 x E - 1 give every
+# file's values exactly (16 -> 11, 13; 24 -> 17, 20; ... 88 -> 65, 76); floor() for an E that is not a
+# multiple of 8 is ours (no config has one).
+RAMP_RULE = Cited((0.75, 0.875, -1), f"{REPO} rn50_configs and rn18_configs, all six lengths: start_ramp = "
+                                     f"3E/4 - 1, end_ramp = 7E/8 - 1 (floor for E not a multiple of 8: ours)")
+
 CHANGES = (
     "resize filter: FFCV resizes its random crops and the val centre crop with OpenCV's INTER_AREA "
     "(libffcv resize_crop); our loader resamples the same boxes with Pillow's antialiased bilinear "
@@ -138,6 +144,9 @@ def _ffcv(arch: str, epochs: int) -> Recipe:
         },
         changes=CHANGES,
         data=_data(arch),
+        ramp_rule=RAMP_RULE,
+        metric=Cited("val_top1", f"{SCRIPT}:403-404 the val top_1 is of logits(x) + logits(flip(x)) (lr_tta); no EMA: "
+                                 f"our val_top1 with flip TTA"),
     )
 
 

@@ -28,8 +28,13 @@ class Recipe:
     and `hyper["batch_size"]` are the source's GPUs and per-GPU batch; `scale_rule` is how its lr
     follows another global batch ("linear" or "sqrt"). `absolute_lr_bounds`: the source gives its
     warmup-start and floor lrs as absolute values (timm), so they stay put when the peak is scaled.
-    `ema_adjust`: torchvision's EMA decay adjustment applies. `changes`: what we do differently and
-    why (ideally nothing).
+    `ema_adjust`: torchvision's EMA decay adjustment applies. `metric`: which of our eval figures the
+    published top-1 is ("val_top1", "ema_val_top1" or "val_real_top1"; with the recipe's `tta` as it is
+    set): what checkpoint-best, the run summary and report-run follow. `ramp_rule`: how the source's own
+    configs place the progressive-resize ramp for another number of epochs, as (start fraction, end
+    fraction, offset): ramp = (floor(start x E) + offset, floor(end x E) + offset); None where the
+    source has no ramp or no rule fits its configs. `changes`: what we do differently and why
+    (ideally nothing).
     """
 
     name: str
@@ -44,6 +49,8 @@ class Recipe:
     data: str = ""
     absolute_lr_bounds: bool = False
     ema_adjust: bool = False
+    ramp_rule: Cited | None = None
+    metric: Cited = Cited("val_top1", "the raw model's single-crop top-1")
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self):

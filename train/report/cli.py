@@ -20,7 +20,7 @@ import sys
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
-from imagenet_shards.train.report.page import ReportError, draw_report, read_run
+from imagenet_shards.train.report.page import ReportError, draw_report, metric_line, read_run, run_metric
 from imagenet_shards.train.report.records import fingerprints
 
 
@@ -51,9 +51,12 @@ def main(argv=None) -> int:
         return 2
     fps = fingerprints(records)
     if args.json:
-        print(json.dumps({"report": out, **verdict.as_dict(), "data_fingerprints": fps}, sort_keys=True))
+        print(json.dumps({"report": out, **verdict.as_dict(), "data_fingerprints": fps, "metric": run_metric(records)},
+                         sort_keys=True))
     else:
         print(f"wrote {out}\n{verdict.line}")
+        if metric_line(records):
+            print(metric_line(records))
         for fp in fps:
             print(f"epoch {fp['epoch'] + 1} data fingerprint: " + "; ".join(
                 f"{split} {fp[split]['samples']} samples, hash {fp[split]['hash']}" for split in ("train", "val")

@@ -51,6 +51,24 @@ def run_verdict(records: list[dict]) -> Verdict:
     return from_metrics(records, workers=start.get("workers"), cores=start.get("cores_per_rank"))
 
 
+def run_metric(records: list[dict]) -> dict:
+    """The figure the run is judged by (the trainer's `--best-metric`: with a recipe, the one its
+    published top-1 is), its last value and its best: {"metric", "last", "best"} (None where not
+    evaluated). Runs written before the field existed: val_top1."""
+    start = next((r for r in records if r.get("kind") == "start"), {})
+    metric = start.get("best_metric") or "val_top1"
+    values = [r[metric] for r in records if r.get("kind") == "epoch" and r.get(metric) is not None]
+    return {"metric": metric, "last": values[-1] if values else None, "best": max(values) if values else None}
+
+
+def metric_line(records: list[dict]) -> str | None:
+    """One line for `run_metric`, or None when the run never evaluated it."""
+    m = run_metric(records)
+    if m["last"] is None:
+        return None
+    return f"{m['metric']} {100 * m['last']:.2f} % at the end, best {100 * m['best']:.2f} % (what checkpoint-best follows)"
+
+
 def _series(records, kind, field):
     pts = [(r["step"], r[field]) for r in records if r.get("kind") == kind and r.get(field) is not None
            and r.get("step") is not None]
@@ -65,13 +83,15 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
     import matplotlib.pyplot as plt
 
     verdict = run_verdict(records)
+    metric = run_metric(records)["metric"]
     fig = plt.figure(figsize=PAGE_INCHES, dpi=DPI)
     grid = fig.add_gridspec(4, 2)
     ax = {name: fig.add_subplot(grid[i // 2, i % 2]) for i, name in enumerate(PANELS)}
     plots = {
         "loss": [("train_interval", "loss", "train (interval)"), ("epoch", "val_loss", "val")],
         "accuracy": [("train_interval", "acc", "train top-1 (interval)"), ("epoch", "val_top1", "val top-1"),
-                     ("epoch", "val_top5", "val top-5")],
+                     ("epoch", "val_top5", "val top-5")]
+                    + ([("epoch", metric, metric.replace("_", " "))] if metric != "val_top1" else []),
         "learning rate": [("train_interval", "lr", "lr")],
         "throughput": [("train_interval", "img_per_s", "img/s (interval)"),
                        ("epoch", "steady_img_per_s", "steady img/s (epoch)"),
@@ -108,6 +128,8 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
     lines = [f"epochs done: {done + 1 if isinstance(done, int) else '?'}   steps: {final.get('step', '?')}"]
     if final.get("val_top1") is not None:
         lines.append(f"val top-1 {100 * final['val_top1']:.2f} %   top-5 {100 * (final.get('val_top5') or 0):.2f} %")
+    if metric_line(records):
+        lines.append(metric_line(records))
     if final.get("loader_efficiency") is not None:
         lines.append(f"loader efficiency {100 * final['loader_efficiency']:.0f} % of the synthetic-data ceiling")
     fps = fingerprints(records)

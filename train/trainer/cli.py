@@ -68,8 +68,22 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownRecipe, TrainError) as e:
         print(f"error: {storage.redact(e)}", file=sys.stderr, flush=True)
         return 2
-    if show:
-        print(json.dumps(describe(config, world_size=world), indent=1))
+    from imagenet_shards.train.trainer.recipe import ramp_warning
+    warning = ramp_warning(config)
+    if warning and (show or os.environ.get("RANK", "0") == "0"):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    if show:  # with --data, for the shard set's own train count (its manifest); else ImageNet-1k's
+        try:
+            num_train = None
+            if config.data:
+                from imagenet_shards.train.trainer.build import read_dataset
+                num_train = read_dataset(config)[2]
+        except TrainError as e:
+            print(f"error: {storage.redact(e)}", file=sys.stderr, flush=True)
+            return 2
+        if (config.recipe_scaling or {}).get("note"):
+            print(f"note: {config.recipe_scaling['note']}", file=sys.stderr)
+        print(json.dumps(describe(config, world_size=world, num_train=num_train), indent=1))
         return 0
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
     from imagenet_shards.train.trainer.state.lifecycle import RunSignals, Stopped

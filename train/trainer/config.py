@@ -211,6 +211,9 @@ class TrainConfig:
                                                 "always")
     eval_real: bool = flag(False, action=argparse.BooleanOptionalAction,  # manifests/imagenet-1k/real_labels.json
                            help="also report ReaL top-1 (needs the original val keys and the ImageNet-1k label space)")
+    best_metric: str = flag("val_top1", choices=("val_top1", "ema_val_top1", "val_real_top1"),  # a recipe's `metric`
+                            help="the figure checkpoint-best, the run summary and report-run follow (default "
+                                 "{default}; with --recipe, the one its published top-1 is)")
     aug: str = flag("none", choices=AUG_CHOICES,
                     help="CPU-side policy applied by the loader workers: ra RandAugment, ta TrivialAugment, ta_wide "
                          "(bilinear, torchvision's reference), aa AutoAugment, jitter ColorJitter, or a timm "
@@ -302,6 +305,9 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
             raise TrainError(f"--gpu-decode's loader does not do {', '.join(unsupported)}; drop one of them")
     if config.eval_real and config.synthetic_data:
         raise TrainError("--eval-real needs --data (a val split with the original val keys), not --synthetic-data")
+    needs = {"ema_val_top1": ("--ema", config.ema), "val_real_top1": ("--eval-real", config.eval_real)}.get(config.best_metric)
+    if needs and not needs[1]:
+        raise TrainError(f"--best-metric {config.best_metric} needs {needs[0]} (or choose --best-metric val_top1)")
     if config.checkpoint_every:
         from imagenet_shards.train.trainer.state.lifecycle import parse_every
         try:

@@ -6,13 +6,17 @@ Precedence: the trainer's defaults < the recipe's values < explicit flags. A fla
 of the recipe's values is an override, recorded (field -> the recipe's value) in the config, the
 start record of metrics.jsonl and recipe.json.
 
-World size. The recipe was run on `recipe.world_size` GPUs at `batch_size` per GPU. On W GPUs we
-keep the per-GPU batch (so memory and BatchNorm statistics are the source's) and scale the peak lr
-with the global batch W x batch x accumulate, by the recipe's rule: linear (FFCV and torchvision:
-lr x global / source global) or sqrt (timm's rule for LAMB). With `--accumulate N` chosen so that
-W x N is the source's GPU count, the global batch and the lr are the source's exactly. An explicit
-`--lr` is taken as it is. Where the source states its warmup-start and floor lrs as absolute values
-(timm), their factors are rescaled so the absolute values stay. torchvision's EMA decay adjustment
+World size (issue 30). The recipe was run on `recipe.world_size` GPUs at `batch_size` per GPU; its
+global batch is their product, and its per-GPU batch is what we take a GPU to hold. On W GPUs a
+recipe keeps the source's global batch and lr: per-GPU batch = global / W, and where that is not a
+whole number or exceeds the source's per-GPU batch, the fewest `--accumulate` N that make it one
+(`fit_global_batch`); the note in `recipe_scaling` says so in one line. Only where no N splits it
+evenly does the global batch fall short (floor), and the lr follows it. An explicit `--batch-size`
+changes the global batch (W x batch x --accumulate) and the peak lr follows it by the recipe's rule:
+linear (FFCV and torchvision: lr x global / source global) or sqrt (timm's rule for LAMB); the note
+prints this run's and the source's values. An explicit `--lr` is taken as it is. Where the source
+states its warmup-start and floor lrs as absolute values (timm), their factors are rescaled so the
+absolute values stay. torchvision's EMA decay adjustment
 (`ema_adjust`) uses the run's global batch: alpha = min(1, (1 - decay) x global x every / epochs).
 """
 
@@ -23,8 +27,8 @@ import math
 
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.recipes import Recipe, get_recipe
-from imagenet_shards.train.trainer.config import imagenet_1k_sizes
-from imagenet_shards.train.trainer.schedule import run_resolution, schedule_for
+from imagenet_shards.train.trainer.config import TrainError, imagenet_1k_sizes
+from imagenet_shards.train.trainer.schedule import default_ramp, run_resolution, schedule_for
 
 
 def _same(a, b) -> bool:
@@ -46,9 +50,27 @@ def adjusted_ema_decay(decay: float, *, global_batch: int, every: int, epochs: i
     return 1.0 - min(1.0, (1.0 - decay) * global_batch * every / epochs)
 
 
+def fit_global_batch(global_batch: int, world_size: int, gpu_max: int, accumulate: int | None = None):
+    """(per-GPU batch, accumulate) that make `global_batch` on `world_size` ranks with at most
+    `gpu_max` per GPU and forward: the fewest accumulated batches that divide it evenly; where none
+    does, the per-GPU batch floor(global / (W x N)) (the global batch then falls short, said by the
+    caller). `accumulate` given: that one, the per-GPU batch as above, None where it would exceed
+    `gpu_max` or be empty."""
+    if accumulate is not None:
+        per = global_batch // (world_size * accumulate)
+        return (per, accumulate) if 1 <= per <= gpu_max else None
+    least = max(1, math.ceil(global_batch / (world_size * gpu_max)))
+    for n in range(least, least + 64):
+        if global_batch % (world_size * n) == 0:
+            return global_batch // (world_size * n), n
+    return max(1, global_batch // (world_size * least)), least
+
+
 def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) -> dict:
     """TrainConfig keyword arguments for `recipe` run on `world_size` processes: `defaults` (every
-    field's default) < the recipe's values < `explicit` (the flags given), then the world-size scaling."""
+    field's default) < the recipe's values < `explicit` (the flags given), then the world-size rule
+    (the module docstring). Raises TrainError for an --accumulate that cannot hold the source's
+    global batch without --batch-size."""
     kwargs = dict(defaults)
     kwargs.update({name: cited.value for name, cited in recipe.hyper.items()})
     overrides = {name: _plain(recipe.hyper[name].value) for name, value in explicit.items()
@@ -56,46 +78,96 @@ def resolve(recipe: Recipe, *, defaults: dict, explicit: dict, world_size: int) 
     kwargs.update(explicit)
     source_world = int(recipe.world_size.value)
     source_batch = int(recipe.value("batch_size"))
-    batch, accumulate = int(kwargs["batch_size"]), int(kwargs.get("accumulate") or 1)
-    global_batch = world_size * batch * accumulate
     source_global = source_world * source_batch
     source_lr = float(recipe.value("lr"))
-    ratio = global_batch / source_global
     rule = recipe.scale_rule.value
+    if "batch_size" in explicit:  # the user's per-GPU batch: the global batch follows it
+        batch, accumulate = int(explicit["batch_size"]), int(explicit.get("accumulate") or 1)
+    else:  # the source's global batch, split over this world size
+        fit = fit_global_batch(source_global, world_size, source_batch, explicit.get("accumulate"))
+        if fit is None:
+            raise TrainError(f"--accumulate {explicit['accumulate']} on {world_size} GPU(s) cannot keep {recipe.name}'s "
+                             f"global batch {source_global} at most {source_batch} per GPU; give --batch-size too "
+                             f"(the global batch and lr then follow it)")
+        batch, accumulate = fit
+    kwargs["batch_size"], kwargs["accumulate"] = batch, accumulate
+    global_batch = world_size * batch * accumulate
+    ratio = global_batch / source_global
     if "lr" in explicit:
-        lr, how = float(explicit["lr"]), "explicit --lr: not scaled"
+        lr = float(explicit["lr"])
     else:
         lr = source_lr * (ratio if rule == "linear" else math.sqrt(ratio))
         kwargs["lr"] = lr
-        how = ("the source's global batch and lr" if ratio == 1 else
-               f"per-GPU batch kept, lr scaled {rule} with the global batch ({global_batch} / {source_global})")
     if recipe.absolute_lr_bounds and lr != source_lr:
         for name in ("lr_start_factor", "lr_end_factor"):
             if name not in explicit:
                 kwargs[name] = recipe.value(name) * source_lr / lr
+    split = f"{world_size} x {batch}" + (f" x {accumulate} accumulated" if accumulate > 1 else "")
+    source = f"{source_world} GPU(s) x {source_batch} = {source_global}, lr {source_lr:.4g}"
+    lr_how = ("explicit --lr: not scaled" if "lr" in explicit else
+              "lr kept" if ratio == 1 else f"lr scaled {rule} with the global batch ({global_batch} / {source_global})")
+    if "batch_size" in explicit:
+        how = f"--batch-size {batch}: global batch {split} = {global_batch}, {lr_how}"
+    elif global_batch == source_global:
+        how = f"the source's global batch {source_global} as {split}, {lr_how}"
+    else:
+        how = (f"the source's global batch {source_global} does not split evenly over {world_size} GPU(s) at most "
+               f"{source_batch} per GPU: {split} = {global_batch}, {lr_how}")
+    note = None
+    if (world_size, batch, accumulate) != (source_world, source_batch, 1) or ratio != 1:
+        note = (f"{recipe.name} on {world_size} GPU(s): {how}"
+                + (f"; BatchNorm sees {batch} per forward (source {source_batch})" if batch != source_batch else "")
+                + f" [source: {source}; this run: global batch {global_batch}, lr {lr:.4g}]")
     scaling = {
-        "rule": rule, "how": how, "source_world_size": source_world, "source_batch_per_gpu": source_batch,
-        "source_global_batch": source_global, "source_lr": source_lr, "world_size": world_size,
-        "batch_per_gpu": batch, "accumulate": accumulate, "global_batch": global_batch, "lr": lr,
-        "to_keep_source_global_batch": _accumulate_hint(source_global, world_size, batch),
+        "rule": rule, "how": how, "note": note, "source_world_size": source_world,
+        "source_batch_per_gpu": source_batch, "source_global_batch": source_global, "source_lr": source_lr,
+        "world_size": world_size, "batch_per_gpu": batch, "accumulate": accumulate, "global_batch": global_batch,
+        "lr": lr, "keeps_source_global_batch": global_batch == source_global,
     }
+    retimed = int(kwargs["epochs"]) != int(recipe.value("epochs", kwargs["epochs"])) and "ramp_epochs" not in explicit
+    ramp = scaled_ramp(recipe, int(kwargs["epochs"])) if retimed else None
+    if ramp is not None and kwargs.get("end_res") is not None:
+        source_ramp = _plain(recipe.value("ramp_epochs"))
+        kwargs["ramp_epochs"] = ramp
+        scaling["ramp_epochs"] = {"source": source_ramp, "source_epochs": recipe.value("epochs"), "this_run": list(ramp),
+                                  "rule": recipe.ramp_rule.source}
+        said = (f"resolution ramp {source_ramp[0]},{source_ramp[1]} of {recipe.value('epochs')} epochs -> "
+                f"{ramp[0]},{ramp[1]} of {kwargs['epochs']} (the source's configs' rule)")
+        scaling["note"] = f"{scaling['note']}; {said}" if scaling["note"] else f"{recipe.name}: {said}"
     if recipe.ema_adjust and kwargs.get("ema"):
         raw = float(kwargs["ema"])
         kwargs["ema"] = adjusted_ema_decay(raw, global_batch=global_batch, every=int(kwargs.get("ema_every") or 1),
                                            epochs=int(kwargs["epochs"]))
         scaling.update(ema_decay=raw, ema_decay_adjusted=kwargs["ema"])
+    if "best_metric" not in explicit:  # the figure the source published, where this run computes it
+        metric = recipe.metric.value
+        computed = {"ema_val_top1": bool(kwargs.get("ema")), "val_real_top1": bool(kwargs.get("eval_real"))}.get(metric, True)
+        kwargs["best_metric"] = metric if computed else "val_top1"
     kwargs.update(recipe=recipe.name, recipe_overrides=overrides, recipe_scaling=scaling)
     return kwargs
 
 
-def _accumulate_hint(source_global: int, world_size: int, batch: int) -> str | None:
-    """The --accumulate that gives the source's global batch here, when one does."""
-    per_step = world_size * batch
-    if per_step == source_global:
+def scaled_ramp(recipe: Recipe, epochs: int) -> tuple[int, int] | None:
+    """The progressive-resize ramp (start, end epoch) the source's own configs would give `epochs`
+    (`recipe.ramp_rule`), or None where the recipe has no such rule."""
+    if recipe.ramp_rule is None:
         return None
-    if source_global % per_step == 0:
-        return f"--accumulate {source_global // per_step}"
-    return f"none at --batch-size {batch} on {world_size} GPU(s) (the source's global batch is {source_global})"
+    start, end, offset = recipe.ramp_rule.value
+    a = max(0, math.floor(start * epochs) + offset)
+    return a, max(a, math.floor(end * epochs) + offset)
+
+
+def ramp_warning(config) -> str | None:
+    """One line when --end-res is set but no epoch of the run trains above --res's resolution
+    (the ramp starts at or after the last epoch), else None."""
+    if config.end_res is None or config.end_res == config.res:
+        return None
+    if any(run_resolution(config, e) != config.res for e in range(config.epochs)):
+        return None
+    ramp = tuple(config.ramp_epochs) if config.ramp_epochs else default_ramp(config.epochs)
+    return (f"--end-res {config.end_res} has no effect: the resolution ramp {ramp[0]},{ramp[1]} starts at or after "
+            f"the last of {config.epochs} epochs, so every epoch trains at --res {config.res}; set --ramp-epochs A,B "
+            f"with A < {config.epochs - 1}")
 
 
 def steps_per_epoch_for(config, *, world_size: int, num_train: int) -> int:
@@ -130,6 +202,9 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         "published_real_top1": recipe.published["real_top1"].value if recipe and "real_top1" in recipe.published else None,
         "published_minutes": recipe.published["minutes"].value if recipe else None,
         "published_hardware": recipe.published["hardware"].value if recipe else None,
+        "published_metric": recipe.metric.value if recipe else None,
+        "published_metric_tta": bool(recipe.value("tta", False)) if recipe else None,
+        "best_metric": config.best_metric,
         "arch": config.arch,
         "epochs": config.epochs,
         "batch_size_per_gpu": config.batch_size,
@@ -179,4 +254,5 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
     if recipe:
         out["cites"]["world_size"] = recipe.world_size.source
         out["cites"]["scale_rule"] = recipe.scale_rule.source
+        out["published_cites"]["metric"] = recipe.metric.source
     return out

@@ -81,13 +81,27 @@ def _recipe_record(config: TrainConfig, info: DistInfo, out: Path, parts: Parts,
             "recipe_scaling": config.recipe_scaling}
 
 
+def summary_line(config: TrainConfig, result: dict, best: float | None) -> str | None:
+    """The run's figure in one line: `best_metric` now and at its best (checkpoint-best), beside the
+    recipe's published top-1 (which is that metric); None when the run never evaluated it."""
+    last = result.get(config.best_metric)
+    if last is None and best is None:
+        return None
+    text = f"{config.best_metric}: {100 * last:.2f} % at the end" if last is not None else f"{config.best_metric}:"
+    if best is not None:
+        text += f", best {100 * best:.2f} % (checkpoint-best)"
+    if config.recipe:
+        from imagenet_shards.train.recipes import get_recipe
+        text += f"; {config.recipe} published {100 * get_recipe(config.recipe).published['top1'].value:.3g} % as this metric"
+    return text
+
+
 def _print_recipe(config: TrainConfig, info: DistInfo, lr: float) -> None:
     sc = config.recipe_scaling
-    hint = sc.get("to_keep_source_global_batch")
     print0(info, f"recipe {config.recipe}: source {sc.get('source_world_size')} GPU(s) x {sc.get('source_batch_per_gpu')}"
                  f" = {sc.get('source_global_batch')}, lr {sc.get('source_lr'):.4g}; this run {info.world_size} x "
                  f"{config.batch_size} x {config.accumulate} = {sc.get('global_batch')}, lr {lr:.4g} "
-                 f"({sc.get('how')})" + (f"; for the source's global batch: {hint}" if hint else "")
+                 f"({sc.get('how')})"
                  + (f"; overrides: {', '.join(sorted(config.recipe_overrides))}" if config.recipe_overrides else ""))
 
 
@@ -147,7 +161,7 @@ class Run:
         run.metrics.log("start", workers=config.workers, world_size=info.world_size,
                         cores_per_rank=run.cores_per_rank, batch_size=config.batch_size, arch=config.arch,
                         device=info.device.type, global_batch=config.batch_size * info.world_size * config.accumulate,
-                        lr_peak=parts.lr, **_recipe_record(config, info, run.out, parts, num_train),
+                        lr_peak=parts.lr, best_metric=config.best_metric, **_recipe_record(config, info, run.out, parts, num_train),
                         **({"resumed": resumed} if resumed else {}))
         print0(info, f"metrics: {run.out / 'metrics.jsonl'}; " + (
             f"TensorBoard events: {run.metrics.tensorboard_dir} (tensorboard --logdir {run.out})"
@@ -326,6 +340,10 @@ class Run:
                           ceiling_img_per_s=result.get("ceiling_img_per_s"), workers=config.workers,
                           cores=self.cores_per_rank)
         result["loader_verdict"] = verdict.line
+        result.update(best_metric=config.best_metric, best_metric_value=self.best_top1)
         self.metrics.log("final", **result)
+        line = summary_line(config, result, self.best_top1)
+        if line:
+            print0(info, line)
         print0(info, f"loader: {verdict.line}")
         return result

@@ -112,6 +112,43 @@ def test_ffcv_resolution_rounding_matches_numpy_at_every_epoch():
     assert show("--recipe", "ffcv-rn50-16")["res_at_epoch"][11:13] == [160, 192]
 
 
+def test_ffcv_ramp_rule_gives_every_published_ramp_and_scales_an_epochs_override(capsys):
+    # issue 29 row 8: the configs' own rule (3E/4 - 1, 7E/8 - 1) reproduces every yaml file's ramp
+    from imagenet_shards.train.trainer.recipe import scaled_ramp
+    for name, (epochs, start_ramp, end_ramp, *_) in FFCV.items():
+        assert scaled_ramp(get_recipe(name), epochs) == (start_ramp, end_ramp), name
+        for other, (e2, s2, t2, *_) in FFCV.items():  # any length's recipe, retimed to another length: that file's
+            if other[:9] == name[:9] and e2 != epochs:
+                d = show("--recipe", name, "--epochs", str(e2))
+                assert d["res_at_epoch"] == [ffcv_resolution(e, 160, 192, t2, s2) for e in range(e2)], (name, e2)
+                assert d["scaling"]["ramp_epochs"]["this_run"] == [s2, t2]
+    assert "ramp_epochs" not in show("--recipe", "ffcv-rn18-16", "--epochs", "16")["scaling"]  # not retimed
+    # the issue's repro: 4 epochs with --end-res 96 now ramps inside the run and says so in one line
+    assert main(["--recipe", "ffcv-rn18-16", "--epochs", "4", "--end-res", "96", "--show"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["res_at_epoch"] == [160, 160, 160, 96]
+    assert out.err.strip() == "note: ffcv-rn18-16: resolution ramp 11,13 of 16 epochs -> 2,2 of 4 (the source's configs' rule)"
+    # an explicit --ramp-epochs wins over the rule
+    assert show("--recipe", "ffcv-rn18-16", "--epochs", "8", "--ramp-epochs", "2,5")["res_at_epoch"] == [
+        ffcv_resolution(e, 160, 192, 5, 2) for e in range(8)]
+    # tv and rsb have no ramp: nothing scaled
+    assert "ramp_epochs" not in show("--recipe", "rsb-a3-rn50", "--world-size", "4", "--epochs", "10")["scaling"]
+
+
+def test_end_res_without_a_ramp_inside_the_run_is_a_warning(capsys):
+    assert main(["--recipe", "ffcv-rn18-16", "--ramp-epochs", "15,16", "--show"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["res_at_epoch"] == [160] * 16  # what will run
+    (line,) = [x for x in out.err.splitlines() if x.startswith("warning:")]
+    assert "--end-res 192 has no effect" in line and "--ramp-epochs" in line
+    assert main(["--recipe", "ffcv-rn18-16", "--ramp-epochs", "14,15", "--show"]) == 0  # epoch 15 at 192: a ramp
+    assert "warning" not in capsys.readouterr().err
+    assert main(["--epochs", "4", "--res", "64", "--end-res", "96", "--show"]) == 0  # no recipe: default ramp 2,3
+    assert "warning" not in capsys.readouterr().err
+    assert main(["--epochs", "2", "--res", "64", "--end-res", "96", "--show"]) == 0  # default ramp 1,1: none inside
+    assert "warning: --end-res 96 has no effect: the resolution ramp 1,1" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- torchvision
 
 def test_torchvision_v1_record_and_step_schedule_against_torch_steplr():
@@ -194,8 +231,12 @@ def test_rsb_a3_record_and_timm_cosine():
     assert d["global_batch"] == 2048 and d["lr_peak"] == 8e-3 and d["eval_real"] is True
     assert d["lr_at_epoch"] == pytest.approx([timm_cosine_lr(e) for e in range(100)], rel=1e-9)
     assert d["val_crop_ratio"] == pytest.approx(224 / 235)  # floor(224 / 0.95) = 235
-    # on one GPU: timm's sqrt rule for LAMB, the absolute warmup-start and floor lrs kept
-    one = show("--recipe", "rsb-a3-rn50", "--world-size", "1")
+    # on one GPU the source's 2048 as 4 x 512 accumulated, lr 8e-3; an explicit --batch-size 512 there
+    # changes the global batch: timm's sqrt rule for LAMB, the absolute warmup-start and floor lrs kept
+    kept = show("--recipe", "rsb-a3-rn50", "--world-size", "1")
+    assert (kept["global_batch"], kept["accumulate"], kept["lr_peak"]) == (2048, 4, 8e-3)
+    assert kept["lr_at_epoch"] == pytest.approx([timm_cosine_lr(e) for e in range(100)], rel=1e-9)
+    one = show("--recipe", "rsb-a3-rn50", "--world-size", "1", "--batch-size", "512")
     lr1 = 8e-3 * math.sqrt(512 / 2048)
     assert one["lr_peak"] == pytest.approx(lr1) and one["scaling"]["rule"] == "sqrt"
     assert one["lr_at_epoch"] == pytest.approx([timm_cosine_lr(e, lr=lr1) for e in range(100)], rel=1e-9)
@@ -216,18 +257,94 @@ def test_show_prints_the_resolved_recipe_for_every_name(name, capsys):
 
 
 def test_world_size_scaling_accumulate_and_overrides_are_recorded():
-    one = show("--recipe", "ffcv-rn50-16", "--world-size", "1")
-    assert one["lr_peak"] == pytest.approx(1.7 / 8) and one["global_batch"] == 512
-    assert one["scaling"]["to_keep_source_global_batch"] == "--accumulate 8"
+    one = show("--recipe", "ffcv-rn50-16", "--world-size", "1")  # the source's 4096 as 512 x 8 accumulated
+    assert (one["lr_peak"], one["global_batch"], one["batch_size_per_gpu"], one["accumulate"]) == (1.7, 4096, 512, 8)
+    assert one["steps_per_epoch"] == (N // 512) // 8 and "8 accumulated" in one["scaling"]["note"]
     acc = show("--recipe", "ffcv-rn50-16", "--world-size", "1", "--accumulate", "8")
     assert acc["lr_peak"] == 1.7 and acc["global_batch"] == 4096 and acc["steps_per_epoch"] == (N // 512) // 8
     assert acc["overrides"] == {}  # --accumulate is not one of the recipe's values
+    small = show("--recipe", "ffcv-rn50-16", "--world-size", "1", "--batch-size", "512")  # an explicit batch
+    assert small["lr_peak"] == pytest.approx(1.7 / 8) and small["global_batch"] == 512
+    assert "1.7" in small["scaling"]["note"] and "0.2125" in small["scaling"]["note"]  # the source's and ours
     explicit = show("--recipe", "ffcv-rn50-16", "--world-size", "1", "--lr", "0.9", "--epochs", "8", "--no-tta")
-    assert explicit["lr_peak"] == 0.9 and explicit["scaling"]["how"].startswith("explicit --lr")
+    assert explicit["lr_peak"] == 0.9 and "explicit --lr" in explicit["scaling"]["how"]
     assert explicit["overrides"] == {"lr": 1.7, "epochs": 16, "tta": True}
     assert explicit["tta"] is False and len(explicit["lr_at_epoch"]) == 8
     same = show("--recipe", "ffcv-rn50-16", "--epochs", "16")  # a flag equal to the recipe's value changes nothing
     assert same["overrides"] == {}
+
+
+# issue 30: on 1, 2, 4, 8, 16 ranks every recipe keeps its source's global batch and lr
+@pytest.mark.parametrize("world", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("name", ["ffcv-rn50-16", "ffcv-rn18-16", "tv-rn50-v1", "tv-rn50-v2", "rsb-a3-rn50"])
+def test_every_world_size_keeps_the_source_global_batch_and_lr(name, world):
+    r = get_recipe(name)
+    source_global = r.world_size.value * r.value("batch_size")
+    d = show("--recipe", name, "--world-size", str(world))
+    assert d["global_batch"] == world * d["batch_size_per_gpu"] * d["accumulate"] == source_global
+    assert d["lr_peak"] == r.value("lr") and d["lr_at_epoch"] == show("--recipe", name, "--world-size",
+                                                                      str(r.world_size.value))["lr_at_epoch"]
+    assert d["batch_size_per_gpu"] <= r.value("batch_size")  # never more per GPU than the source's
+    assert d["accumulate"] == max(1, source_global // (world * r.value("batch_size")))  # only as much as needed
+    note = d["scaling"]["note"]
+    if world == r.world_size.value:
+        assert note is None  # the source's own world size: nothing adapted
+    else:  # one line, naming the split and both lrs
+        assert "\n" not in note and f"{world} GPU(s)" in note and str(source_global) in note
+    if name == "tv-rn50-v2":  # torchvision's EMA adjustment at the source's global batch
+        assert d["ema"]["decay"] == pytest.approx(1 - (1 - 0.99998) * 1024 * 32 / 600)
+
+
+def test_a_global_batch_no_world_size_splits_evenly_falls_short_and_says_so():
+    d = show("--recipe", "ffcv-rn18-16", "--world-size", "3")  # 1024 over 3 ranks: no whole split
+    assert d["global_batch"] == 3 * 341 and d["lr_peak"] == pytest.approx(0.5 * 1023 / 1024)
+    assert "does not split evenly" in d["scaling"]["note"]
+
+
+def test_accumulate_that_cannot_hold_the_source_batch_is_one_line(capsys):
+    assert main(["--recipe", "ffcv-rn50-16", "--world-size", "1", "--accumulate", "2", "--show"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "give --batch-size too" in err
+
+
+def test_show_with_data_uses_the_shard_set_train_count(tiny_shards, capsys):
+    manifest = json.loads((tiny_shards / "manifest.json").read_text())
+    count = int(manifest["splits"]["train"]["num_samples"])
+    assert main(["--recipe", "ffcv-rn18-16", "--data", str(tiny_shards), "--batch-size", "8", "--show"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert count != N and d["train_samples"] == count and d["steps_per_epoch"] == count // 8
+
+
+def test_show_prints_the_world_size_note_and_uses_the_data_train_count(tmp_path, capsys):
+    assert main(["--recipe", "ffcv-rn18-16", "--world-size", "8", "--show"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("note: ffcv-rn18-16 on 8 GPU(s): the source's global batch 1024 as 8 x 128")
+    assert json.loads(captured.out)["train_samples"] == N
+    data = tmp_path / "shards"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    assert main(["--recipe", "ffcv-rn18-16", "--data", str(data), "--show"]) == 2  # an unreadable manifest: one line
+    assert capsys.readouterr().err.startswith("error: cannot read the manifest")
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_every_recipe_names_the_metric_its_published_figure_is(name):
+    r = get_recipe(name)
+    expected = "ema_val_top1" if name == "tv-rn50-v2" else "val_top1"  # v2: the post's '+ EMA' row
+    assert r.metric.value == expected and r.metric.source
+    d = show("--recipe", name)
+    assert d["published_metric"] == d["best_metric"] == expected
+    assert d["published_metric_tta"] is name.startswith("ffcv-")  # FFCV's figure is with flip TTA
+    assert d["published_cites"]["metric"] == r.metric.source
+
+
+def test_best_metric_falls_back_when_the_run_drops_its_part_and_refuses_an_impossible_one(tmp_path, capsys):
+    config, _, _ = config_from_argv(["--recipe", "tv-rn50-v2", "--ema", "0", "--show"])  # EMA off: raw model
+    assert config.best_metric == "val_top1"
+    config, _, _ = config_from_argv(["--recipe", "tv-rn50-v2", "--best-metric", "val_top1", "--show"])
+    assert config.best_metric == "val_top1"  # an explicit choice wins
+    assert main(["--out", str(tmp_path / "r"), "--synthetic-data", "--best-metric", "ema_val_top1"]) == 2
+    assert "--best-metric ema_val_top1 needs --ema" in capsys.readouterr().err
 
 
 def test_unknown_recipe_is_one_line_listing_the_known_ones(capsys):

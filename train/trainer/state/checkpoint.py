@@ -168,7 +168,7 @@ def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: in
     kept as checkpoint-previous), and -best when val top-1 improves. Returns the best top-1 so far
     and, on rank 0, what the write cost ({"path", "seconds", "bytes"})."""
     rngs = gather_objects(info, rng_state(info.device))
-    top1 = result.get("val_top1")
+    top1 = result.get(config.best_metric)  # the recipe's published figure (val_top1, ema_val_top1, val_real_top1)
     is_best = top1 is not None and (best_top1 is None or top1 > best_top1)
     best = top1 if is_best else best_top1
     cost = problem = None
