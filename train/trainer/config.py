@@ -101,6 +101,9 @@ class TrainConfig:
     seed: int = flag(0, help="seeds the data order, augmentation and init")
     resume: str | None = flag(None, metavar="auto|PATH", help="continue from a checkpoint (a local path); auto = "
                                                               "RUN_DIR/checkpoint-latest.pt if it exists")
+    overwrite: bool = flag(False, help="start afresh in a RUN_DIR that holds another run's checkpoints or records: "
+                                       "they are moved to RUN_DIR/replaced-<UTC time>/ first (without it such a "
+                                       "RUN_DIR is refused; --resume auto continues that run instead)")
     stop_after_epochs: int | None = flag(None, type=positive_int, metavar="N",
                                          help="stop after N epochs in this invocation (the schedule still spans "
                                               "--epochs); continue later with --resume auto")
@@ -312,5 +315,7 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
             flag = "--gpu-decode" if config.gpu_decode else "--synthetic-data"
             raise TrainError(f"--checkpoint-every needs the CPU loader's position; {flag} runs checkpoint at "
                              f"epoch ends only (drop one of them)")
+    if config.overwrite and (config.resume or config.eval_only):
+        raise TrainError("--overwrite starts a new run; it does not go with --resume or --eval-only (drop one)")
     if config.stop_check_every < 1:
         raise TrainError(f"--stop-check-every must be >= 1, got {config.stop_check_every}")

@@ -6,6 +6,7 @@ the reason elsewhere)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -54,3 +55,31 @@ def test_disk_full_while_saving_a_checkpoint_keeps_the_previous_one(tiny_shards,
         assert hashlib.sha256(latest.read_bytes()).hexdigest() == before
         assert ckpt.load_checkpoint(latest)["epoch"] == 1
         assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.timeout(300)
+def test_a_run_folder_with_another_runs_checkpoints_is_refused_unless_overwrite(tiny_shards, tmp_path, capsys):
+    """A requeue that forgot --resume loses nothing: one line naming both ways on, exit 2, every file as
+    it was; --overwrite moves the earlier run's files aside (nothing mixed, nothing deleted)."""
+    out = tmp_path / "run"
+    args = ["--data", tiny_shards, "--out", out, *TINY, "--epochs", "1", "--limit-batches", "1"]
+    assert run_cli(*args) == 0
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.is_file()}
+    assert ckpt.LATEST in before and "metrics.jsonl" in before
+    capsys.readouterr()
+    assert run_cli(*args) == 2
+    err = one_error_line(capsys)
+    assert f"--out {out} holds another run's checkpoints (checkpoint-latest.pt" in err, err
+    assert "--resume auto" in err and "--overwrite" in err, err
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.is_file()} == before
+
+    assert run_cli(*args, "--overwrite") == 0
+    said = capsys.readouterr().out
+    aside = [p for p in out.iterdir() if p.name.startswith("replaced-")]
+    assert len(aside) == 1 and f"moved to {aside[0]}/" in said, said
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in aside[0].iterdir() if p.is_file()} == before
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in records].count("start") == 1  # the new run's records only
+    assert ckpt.load_checkpoint(out / ckpt.LATEST)["epoch"] == 1
+    assert run_cli(*args, "--overwrite", "--resume", "auto") == 2  # they contradict each other
+    assert "--overwrite starts a new run" in one_error_line(capsys)
