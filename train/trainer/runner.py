@@ -142,8 +142,13 @@ class Run:
                        "step": run.step, **resumed}
             if info.is_main:  # the killed run's records past the checkpoint (its step numbers) are replaced
                 resumed["superseded_records"] = supersede(run.out, int(state["step"]))
+        elif config.resume == "auto" and not config.eval_only:
+            # a killed run that left no checkpoint: this run starts from step 0, so all its records are replaced
+            resumed = {"from": None, "epoch": 0, "epoch_step": 0, "step": 0}
+            if info.is_main:
+                resumed["superseded_records"] = supersede(run.out, 0)
         run.metrics = MetricsLog(run.out, enabled=info.is_main,
-                                 purge_step=int(state["step"]) if state is not None else None)
+                                 purge_step=int(state["step"]) if state is not None else 0 if resumed else None)
         run.metrics.log("start", workers=config.workers, world_size=info.world_size,
                         cores_per_rank=run.cores_per_rank, batch_size=config.batch_size, arch=config.arch,
                         device=info.device.type, global_batch=config.batch_size * info.world_size * config.accumulate,
