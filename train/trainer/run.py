@@ -87,6 +87,9 @@ def train(config: TrainConfig) -> dict:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:  # out_problem found it writable a moment ago
             raise TrainError(f"cannot create --out {out}: {e.strerror or e}") from None
+        stale = ckpt.remove_stale_temps(out)
+        if stale:
+            print0(info, f"removed {len(stale)} temp file(s) a killed run left in {out} ({', '.join(stale)})")
         aside = set_aside(out) if config.overwrite else None
         if aside is not None:
             print0(info, f"--overwrite: the earlier run's checkpoints and records in {out} moved to {aside}/ "
