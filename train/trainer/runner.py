@@ -69,16 +69,17 @@ def loader_stats(loader, batches: int) -> dict:
 def _recipe_record(config: TrainConfig, info: DistInfo, out: Path, parts: Parts, num_train: int) -> dict:
     """The start record's recipe fields; with --recipe, RUN_DIR/recipe.json (what --show prints,
     resolved for this run's world size and data) written by rank 0."""
+    adapted = {"device_adaptations": config.device_adaptations} if config.device_adaptations else {}
     if not config.recipe:
-        return {}
+        return adapted
     from imagenet_shards.train.trainer.recipe import describe as describe_recipe
     from imagenet_shards.pipeline.storage.atomic import write_atomic
-    resolved = describe_recipe(config, world_size=info.world_size, num_train=num_train,
-                               steps_per_epoch=parts.steps_per_epoch)
+    resolved = {**describe_recipe(config, world_size=info.world_size, num_train=num_train,
+                                  steps_per_epoch=parts.steps_per_epoch), **adapted}
     if info.is_main:
         write_atomic(out / "recipe.json", (json.dumps(resolved, indent=1, sort_keys=True) + "\n").encode())
     return {"recipe": config.recipe, "recipe_overrides": config.recipe_overrides,
-            "recipe_scaling": config.recipe_scaling}
+            "recipe_scaling": config.recipe_scaling, **adapted}
 
 
 def _print_recipe(config: TrainConfig, info: DistInfo, lr: float) -> None:

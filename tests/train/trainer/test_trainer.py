@@ -231,3 +231,21 @@ def test_learns_synthetic_imagenet_end_to_end(tmp_path):
                    "--warmup-epochs", "1", "--workers", "2", "--device", "cpu", "--amp", "none") == 0
     last = [r for r in read_metrics(out) if r["kind"] == "epoch"][-1]
     assert last["val_samples"] == 200 and last["val_top1"] > 0.6, last
+
+
+@pytest.mark.timeout(300)
+def test_a_recipes_fp16_runs_as_bf16_on_the_cpu_with_a_recorded_note(tiny_shards, tmp_path, capsys):
+    """ffcv-rn18-16's AMP is fp16, which the CPU has no fast kernels for (~1 img/s): there it runs as
+    bf16, one line says so, and the start record and recipe.json record it as a device adaptation
+    (issue 29 row 7)."""
+    out = tmp_path / "ffcv"
+    assert run_cli("--data", tiny_shards, "--out", out, "--recipe", "ffcv-rn18-16", *TINY, "--epochs", "1",
+                   "--limit-batches", "1", "--end-res", "32") == 0
+    said = capsys.readouterr().out
+    assert "note: recipe ffcv-rn18-16's --amp fp16 runs as bf16 here (no fast fp16 on the cpu" in said, said
+    assert "amp bf16" in said
+    start = next(r for r in read_metrics(out) if r["kind"] == "start")
+    adapted = {"amp": {"recipe": "fp16", "here": "bf16", "why": "no fast fp16 on cpu"}}
+    assert start["device_adaptations"] == adapted
+    assert json.loads((out / "recipe.json").read_text())["device_adaptations"] == adapted
+    assert ckpt.load_checkpoint(out / ckpt.LATEST)["scaler"] is None  # bf16: no GradScaler
