@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import WORKERS_RULE, worker_count
 from imagenet_shards.train.augment import policies as augment
 from imagenet_shards.train.trainer.watch import host
 from imagenet_shards.train.trainer.distributed import DistInfo
@@ -90,10 +91,10 @@ class TrainConfig:
     recipe: str | None = flag(None, metavar="NAME",  # the published recipe this run follows (train/recipes)
                               help="a published recipe (docs/recipes.md): {recipes}; other flags override its values "
                                    "(recorded as overrides)")
-    workers: int | None = flag(None, type=int,  # None: host.default_workers for this node
+    workers: int | None = flag(None, type=worker_count,  # None: host.default_workers for this node
                                help="loader worker processes per rank (default: the node's usable cores / ranks on "
                                     "the node, less 1 for the training thread and, on CUDA, 1 for the pin-memory "
-                                    "thread; printed at start)")
+                                    f"thread; printed at start; {WORKERS_RULE})")
     device: str = flag("auto", choices=("auto", "cuda", "cpu"))
     dist_backend: str = flag("auto", choices=("auto", "nccl", "gloo"),  # distributed.pick_backend
                              help="process-group backend under torchrun (default: NCCL on CUDA, gloo on the CPU); "
