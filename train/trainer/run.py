@@ -113,6 +113,11 @@ def train(config: TrainConfig) -> dict:
             print0(info, f"resumed from {state_path} at {describe_position(state)}")
         elif config.resume == "auto":
             print0(info, f"--resume auto: no checkpoint in {out} yet, starting from scratch")
+        if state is not None and not config.eval_only and not state.get("epoch_step") and start_epoch >= config.epochs:
+            # a finished run resumed (a requeue after the end): nothing to train, no second start/final record
+            print0(info, f"{state_path} is the end of the run's last epoch ({start_epoch} of --epochs "
+                         f"{config.epochs}): nothing left to train (a larger --epochs extends the run)")
+            return {**(state.get("metrics") or {}), "weights_sha256": ckpt.state_dict_sha256(parts.raw)}
         try:
             run = Run.open(config, info, parts, life, state=state, state_path=state_path, num_train=num_train,
                            step=step, best_top1=best_top1, start_epoch=start_epoch, real=real, data_id=data_id)

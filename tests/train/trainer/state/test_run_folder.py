@@ -134,3 +134,17 @@ def test_sigkill_between_the_previous_link_and_the_new_latest_leaves_no_temp_fil
     assert not os.path.samefile(out / ckpt.LATEST, out / ckpt.PREVIOUS)
     assert ckpt.load_checkpoint(out / ckpt.LATEST)["epoch"] == 3
     assert ckpt.load_checkpoint(out / ckpt.PREVIOUS)["epoch"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_resuming_a_finished_run_trains_nothing_and_appends_no_second_final(tiny_shards, tmp_path, capsys):
+    """A requeue after the run's end (issue 29 row 12): one line, exit 0, metrics.jsonl untouched."""
+    out = tmp_path / "run"
+    args = ["--data", tiny_shards, "--out", out, *TINY, "--epochs", "1", "--limit-batches", "1"]
+    assert run_cli(*args) == 0
+    before = (out / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    assert run_cli(*args, "--resume", "auto") == 0
+    assert "nothing left to train" in capsys.readouterr().out
+    assert (out / "metrics.jsonl").read_bytes() == before  # no second start or final record
+    assert [json.loads(line)["kind"] for line in before.decode().splitlines()].count("final") == 1
