@@ -196,7 +196,7 @@ def _write(path: Path, state: dict) -> dict:
 def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: int, result: dict,
          best_top1: float | None, data_id: str | None = None) -> tuple[float | None, dict | None]:
     """checkpoint-latest on rank 0 (every rank's RNG state gathered first; the one it replaces
-    kept as checkpoint-previous), and -best when val top-1 improves. Returns the best top-1 so far
+    kept as checkpoint-previous, an earlier checkpoint-mid removed), and -best when val top-1 improves. Returns the best top-1 so far
     and, on rank 0, what the write cost ({"path", "seconds", "bytes"})."""
     rngs = gather_objects(info, rng_state(info.device))
     top1 = result.get("val_top1")
@@ -212,6 +212,8 @@ def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: in
             if target.exists():
                 link_checkpoint(target, out / PREVIOUS)  # the fallback if the new one is ever damaged
             cost = _write(target, state)
+            # a mid-epoch checkpoint is now behind this epoch end: --resume auto never takes it again
+            (out / MID).unlink(missing_ok=True)
             if is_best:
                 target = out / BEST
                 link_checkpoint(out / LATEST, target)

@@ -148,3 +148,15 @@ def test_resuming_a_finished_run_trains_nothing_and_appends_no_second_final(tiny
     assert "nothing left to train" in capsys.readouterr().out
     assert (out / "metrics.jsonl").read_bytes() == before  # no second start or final record
     assert [json.loads(line)["kind"] for line in before.decode().splitlines()].count("final") == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_mid_epoch_checkpoint_is_removed_by_the_next_epoch_end(tiny_shards, tmp_path):
+    """checkpoint-mid.pt, once an epoch end is written after it, is only disk (issue 29 row 12)."""
+    out = tmp_path / "run"
+    assert run_cli("--data", tiny_shards, "--out", out, *TINY, "--epochs", "2", "--limit-batches", "3",
+                   "--checkpoint-every", "1steps") == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "checkpoint" and r["at"] == "mid_epoch" for r in records)
+    assert not (out / ckpt.MID).exists()
+    assert ckpt.load_checkpoint(out / ckpt.LATEST)["epoch"] == 2
