@@ -26,6 +26,7 @@ from imagenet_shards.train.trainer.schedule import run_resolution
 from imagenet_shards.train.trainer.state import checkpoint as ckpt
 from imagenet_shards.train.trainer.state.lifecycle import Lifecycle, Stopped, stop_line
 from imagenet_shards.train.trainer.state.restore import resume_epoch
+from imagenet_shards.train.trainer.state.resume import noted_changes
 from imagenet_shards.train.trainer.watch import ceiling, host
 from imagenet_shards.train.trainer.watch.memory import MemoryWatch, epoch_memory
 from imagenet_shards.train.trainer.watch.telemetry import (MetricsLog, epoch_fingerprint, gpu_memory_gib,
@@ -183,6 +184,9 @@ class Run:
                          f"later epochs as this layout plans them")
         for text in resumed["settings_changed"]:
             print0(info, f"note: {text}: the continuation may differ from an uninterrupted run in the last bits")
+        resumed["noted"] = noted_changes(state.get("config") or {}, ckpt.plain(ckpt.saved_config(config)))
+        for text in resumed["noted"]:
+            print0(info, f"note: {text}")
         return resumed
 
     def close(self) -> None:

@@ -39,6 +39,8 @@ EXECUTION = frozenset({
 # What a run leaves in RUN_DIR (moved aside together by --overwrite, so two runs' files never mix).
 CHECKPOINTS = (LATEST, PREVIOUS, BEST, MID)
 RUN_FILES = (*CHECKPOINTS, "metrics.jsonl", "recipe.json", "tensorboard", "profile")
+# Of those, the ones whose change at a mid-epoch resume changes what the run reports: a note each.
+NOTED = {"eval_every": "evaluation follows this run's value from the epoch it continues on"}
 # Of those, the ones whose change costs bit-identity (numerics may differ in the last bits).
 INEXACT = ("compile", "channels_last", "device")
 
@@ -103,6 +105,13 @@ def config_changes(saved: dict, config: dict) -> tuple[list[str], list[str]]:
         elif name in INEXACT:
             allowed.append(text)
     return refused, allowed
+
+
+def noted_changes(saved: dict, config: dict) -> list[str]:
+    """The NOTED fields a mid-epoch checkpoint's config and this run's differ in, as
+    `--flag A there, B here: what follows` texts."""
+    return [f"--{name.replace('_', '-')} {_show(plain(saved[name]))} there, {_show(plain(config.get(name)))} here: {why}"
+            for name, why in NOTED.items() if name in saved and plain(saved[name]) != plain(config.get(name))]
 
 
 def continuation_problem(state: dict, config: dict, data_id: str | None, path: Path) -> str | None:

@@ -228,6 +228,23 @@ def test_sigkill_before_any_checkpoint_then_resume_auto_supersedes_the_killed_ru
     assert len(_epochs(out)) == 1, why
 
 
+@pytest.mark.timeout(600)
+def test_eval_every_changed_at_a_mid_epoch_resume_gets_a_note(shards, tmp_path, capsys):
+    """SIGTERM mid-epoch 1, then --resume auto with another --eval-every: allowed (how the run reports,
+    not what it computes), with one note, also in the start record (issue 29 row 12)."""
+    out = tmp_path / "run"
+    common = ["--data", shards, *FLAGS, "--workers", "0", "--out", out]
+    _interrupt(tmp_path, 1, common, out, at_step=3)
+    assert ckpt.load_checkpoint(out / ckpt.MID)["epoch_step"] >= 3
+    capsys.readouterr()
+    assert run_cli(*common, "--resume", "auto", "--eval-every", "2", "--epochs", "2") == 0
+    said = capsys.readouterr().out
+    line = "note: --eval-every 1 there, 2 here: evaluation follows this run's value from the epoch it continues on"
+    assert said.count(line) == 1, said
+    start = [r for r in read_metrics(out) if r["kind"] == "start"][-1]
+    assert start["resumed"]["noted"] == [line[len("note: "):]]
+
+
 def test_torn_checkpoint_falls_back_to_the_previous_and_says_so(tmp_path):
     out = tmp_path / "run"
     base = {"format": ckpt.FORMAT, "format_version": ckpt.FORMAT_VERSION, "arch": "resnet18", "num_classes": 4,
