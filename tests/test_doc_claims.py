@@ -344,6 +344,7 @@ def test_readme_shows_the_line_doctor_prints():
         line = re.sub(r"\((pillow-simd|plain Pillow)\)", "(PIL)", line)
         line = re.sub(r"libjpeg(-turbo)? [\d.]+( \(not turbo\))?", "libjpeg", line)
         line = re.sub(r"not built|built", "B", line)
+        line = re.sub(r"entropy decoder (own|libjpeg|none)", "entropy decoder E", line)
         line = re.sub(r"\b(yes|no)\b", "Y", line)
         return re.sub(r"-> .*", "-> R", re.sub(r"\d[\w.+]*", "V", line))
 

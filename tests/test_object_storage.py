@@ -1,5 +1,5 @@
 """Object storage end to end, against real servers on 127.0.0.1 (tests/fixtures/servers.py):
-prepare-shards -> moto S3 -> audit-shards -> the loader, the same over plain HTTP, interrupted
+prepare-shards -> S3 (SeaweedFS) -> audit-shards -> the loader, the same over plain HTTP, interrupted
 uploads, injected faults, and no credentials anywhere they should not be."""
 
 from __future__ import annotations
@@ -247,10 +247,14 @@ def test_audit_over_http_with_faults(local_shards):
 
 # ----------------------------------------------------------------------------- the loader
 
-def loader_epoch(data: str, split: str, *, workers: int = 2, **kw) -> tuple[torch.Tensor, torch.Tensor]:
-    """One eval-mode epoch (centre crops, a fixed order for a given worker count), as (images, labels)."""
+def loader_epoch(data: str, split: str, *, workers: int = 2, loaders: list | None = None,
+                 **kw) -> tuple[torch.Tensor, torch.Tensor]:
+    """One eval-mode epoch (centre crops, a fixed order for a given worker count), as (images, labels).
+    `loaders`, if given, gets the loader (for its store_stats)."""
     ld = D.make_loader(data, split, 4, train=False, workers=workers, val_resize=40, val_crop=32, **kw)
     images, labels = zip(*ld)
+    if loaders is not None:
+        loaders.append(ld)
     return torch.cat(images), torch.cat(labels)
 
 
@@ -266,15 +270,21 @@ def local_epochs(local_shards) -> dict:
             for split in ("train", "val")}
 
 
+def expect_the_local_epochs(data: str, local_epochs: dict, **kw) -> None:
+    """The loader's epochs of both splits from `data` are the local ones, in order, pixel for pixel."""
+    for split in ("train", "val"):
+        (want_images, want_labels), _ = local_epochs[split]
+        images, labels = loader_epoch(data, split, **kw)
+        assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
+
+
 def expect_exactly_once(data: str, local_shards: Path, local_epochs: dict, **kw) -> None:
     """Every sample of both splits, once each, in the same order and pixel for pixel as read locally."""
     m = manifest_of(local_shards)
     for split in ("train", "val"):
-        (want_images, want_labels), want_keys = local_epochs[split]
         keys = keys_read(data, split)
-        assert keys == want_keys and len(set(keys)) == len(keys) == m["splits"][split]["num_samples"]
-        images, labels = loader_epoch(data, split, **kw)
-        assert torch.equal(labels, want_labels) and torch.equal(images, want_images)
+        assert keys == local_epochs[split][1] and len(set(keys)) == len(keys) == m["splits"][split]["num_samples"]
+    expect_the_local_epochs(data, local_epochs, **kw)
 
 
 @pytest.mark.timeout(120)
@@ -287,11 +297,11 @@ def test_prepare_audit_load_from_a_bucket(bucket, archives, local_shards, local_
 
 @pytest.mark.timeout(120)
 def test_loader_from_s3_through_faults_with_botocore_retries_off(s3, archives, local_shards, local_epochs,
-                                                                 moto_endpoint):
+                                                                 s3_endpoint):
     out = s3.url("faulty")
     assert prepare_main(source_args(archives) + ["--out", out]) == 0
     plan = FaultPlan(error_every=10, reset_every=4, delay_every=5, delay_s=0.02)
-    with fault_proxy(moto_endpoint, plan) as proxy:
+    with fault_proxy(s3_endpoint, plan) as proxy:
         storage.set_options("s3", {"endpoint_url": proxy, "config_kwargs": {"retries": {"max_attempts": 1}}})
         expect_exactly_once(out, local_shards, local_epochs)
     assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
@@ -419,3 +429,151 @@ def test_no_credentials_in_manifests_logs_metrics_or_errors(s3, archives, tmp_pa
     haystack += [p.read_bytes().decode("latin-1") for p in run.rglob("*") if p.is_file()]  # metrics, checkpoints
     for secret in FAKE_CREDENTIALS:
         assert not [i for i, text in enumerate(haystack) if secret in text], secret
+
+
+# ----------------------------------------------------------------------------- the shaped link
+
+@pytest.mark.timeout(60)
+def test_shaped_link_adds_its_round_trip_and_caps_each_connection(tmp_path):
+    """Lower bounds only (a busy machine can only make things slower): a new connection's first
+    response takes two round trips (handshake, request), a kept-alive one's one; a body no faster
+    than the cap; and a link left open stops by itself after its lifetime."""
+    import http.client
+
+    from tests.fixtures.shaped_link import shaped_link
+
+    (tmp_path / "blob").write_bytes(os.urandom(3 << 20))
+    with serve_http(tmp_path) as base, shaped_link(base, rtt_s=0.05, bandwidth=20e6) as link:
+        host, port = link.url.split("://")[1].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        timings = []
+        for rng in ("bytes=0-9", "bytes=0-9", None):
+            t0 = time.monotonic()
+            conn.request("GET", "/blob", headers={"Range": rng} if rng else {})
+            body = conn.getresponse().read()
+            timings.append(time.monotonic() - t0)
+        conn.close()
+        assert len(body) == 3 << 20
+        assert timings[0] >= 0.1 and timings[1] >= 0.05 and timings[2] >= 0.05 + (3 << 20) / 20e6
+        assert link.stats.connections == 1 and link.stats.down_bytes >= 3 << 20
+        assert link.stats.held_high <= 8 << 20
+    with serve_http(tmp_path) as base, shaped_link(base, rtt_s=0.0, bandwidth=None, lifetime_s=0.3) as link:
+        time.sleep(0.6)
+        host, port = link.url.split("://")[1].split(":")
+        with pytest.raises(OSError):
+            c = http.client.HTTPConnection(host, int(port), timeout=5)
+            c.request("GET", "/blob")
+            c.getresponse().read()
+
+
+# ----------------------------------------------------------------------------- read-ahead, a long link, many readers
+
+@pytest.mark.timeout(120)
+def test_loader_through_a_shaped_link_with_default_settings_delivers_every_sample_once(s3, s3_endpoint, archives,
+                                                                                        local_shards, local_epochs):
+    """RTT 40 ms and 80 MB/s per connection in front of SeaweedFS, the loader's defaults: the
+    read-ahead reads every shard (its ranged requests counted, its memory within the bound) and the
+    epoch is the local one, sample for sample."""
+    from tests.fixtures.shaped_link import shaped_link
+
+    out = s3.url("far")
+    assert prepare_main(source_args(archives) + ["--out", out]) == 0
+    loaders = []
+    with shaped_link(s3_endpoint, rtt_s=0.04, bandwidth=80e6) as link:
+        storage.set_options("s3", {"endpoint_url": link.url})
+        expect_the_local_epochs(out, local_epochs, loaders=loaders)  # each sample once, as locally
+    st = loaders[1].store_stats()
+    val_bytes = sum(sh["bytes"] for sh in manifest_of(local_shards)["splits"]["val"]["shards"])
+    # each worker reads whole chunks of the shards its pieces touch: a shard split between the two is read twice
+    assert val_bytes <= st["bytes"] <= 2 * val_bytes
+    assert st["requests"] >= manifest_of(local_shards)["splits"]["val"]["num_shards"]
+    assert 0 < st["readahead_high_bytes"] <= storage.ReadAheadPolicy().max_bytes and st["wait_s"] > 0
+    assert link.stats.connections >= 2
+
+
+@pytest.mark.timeout(120)
+def test_read_ahead_in_small_chunks_is_exact_through_faults(s3, s3_endpoint, archives, local_shards, local_epochs):
+    """Chunks much smaller than a shard (many ranged GETs per shard, several shards in flight),
+    503s and connections reset mid-body, botocore's own retries off: still exactly the local epoch."""
+    out = s3.url("chunky")
+    assert prepare_main(source_args(archives) + ["--out", out]) == 0
+    plan = FaultPlan(error_every=9, reset_every=5, delay_every=4, delay_s=0.01)
+    with fault_proxy(s3_endpoint, plan) as proxy:
+        storage.set_options("s3", {"endpoint_url": proxy, "config_kwargs": {"retries": {"max_attempts": 1}}})
+        expect_the_local_epochs(out, local_epochs, readahead=storage.ReadAheadPolicy(chunk_bytes=16 << 10, ahead=3))
+    assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts
+
+
+def _node(data: str, rank: int, endpoint: str, cache: str, out: str, faulty: bool) -> None:
+    """One "node" of `four_nodes`, in a process of its own: rank `rank` of 4, 2 workers, its own cache."""
+    import traceback
+
+    try:
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()  # the parent's, made for its endpoint
+        options = {"endpoint_url": endpoint}
+        if faulty:  # our retries, quickly, and nobody else's
+            storage.set_retry_policy(storage.RetryPolicy(attempts=8, base_s=0.005, max_s=0.02))
+            options["config_kwargs"] = {"retries": {"max_attempts": 1}}
+        storage.set_options("s3", options)
+        ld = D.make_loader(data, "val", 4, train=False, workers=2, rank=rank, world_size=4, val_resize=40,
+                           val_crop=32, keys=True, cache_dir=cache, cache_bytes=1 << 30, persistent_workers=True)
+        epochs = []
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            epochs.append([k for _, _, keys in ld for k in keys])
+        ld.close()
+        Path(out).write_text(json.dumps(epochs))
+    except BaseException:  # noqa: BLE001 - reported to the test through the file
+        Path(out).write_text(json.dumps({"error": traceback.format_exc()}))
+        raise
+
+
+def four_nodes(s3, tmp_path, endpoint: str, faulty: bool) -> None:
+    """4 processes as 4 nodes (ranks of 4, 2 workers, a cache folder each) read one bucket for 2
+    epochs: every sample once per epoch across them, and only whole shards in the caches. The
+    processes are forks of this one: a fresh interpreter spends ~7 s importing torch on a busy 2-core box."""
+    import multiprocessing
+
+    from tests.fixtures.loader import write_shard_set
+
+    local = write_shard_set(tmp_path / "set", val=80, shard_samples=10, size=(32, 24))
+    for p in local.rglob("*"):
+        if p.is_file():
+            s3.put(f"nodes/{p.relative_to(local)}", p.read_bytes())
+    m = manifest_of(local)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_node, args=(s3.url("nodes"), r, endpoint, str(tmp_path / f"cache{r}"),
+                                              str(tmp_path / f"keys{r}.json"), faulty)) for r in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(240)
+    per_node = [json.loads((tmp_path / f"keys{r}.json").read_text()) for r in range(4)]
+    assert [p.exitcode for p in procs] == [0] * 4, [n["error"] for n in per_node if "error" in n]
+    want = sorted(keys_read(str(local), "val"))
+    for epoch in range(2):
+        got = sorted(k for node in per_node for k in node[epoch])
+        assert got == want and len(set(got)) == m["splits"]["val"]["num_samples"]
+        assert all(node[epoch] for node in per_node)  # every node had a share
+    digests = {os.path.basename(sh["url"]): sh["sha256"] for sh in m["splits"]["val"]["shards"]}
+    for r in range(4):
+        files = list((tmp_path / f"cache{r}").iterdir())
+        assert files and not [f for f in files if f.name.startswith(".") or f.name.endswith(".tmp")]
+        for f in files:  # "<hash>-<shard name>": whole, the manifest's bytes
+            assert hashlib.sha256(f.read_bytes()).hexdigest() == digests[f.name.split("-", 1)[1]], f
+
+
+@pytest.mark.timeout(300)
+def test_four_nodes_read_one_bucket_each_sample_once_per_epoch(s3, s3_endpoint, tmp_path):
+    four_nodes(s3, tmp_path, s3_endpoint, faulty=False)
+
+
+@pytest.mark.slow  # ~15 s on 2 busy cores; the default run has the plain one and faults elsewhere
+@pytest.mark.timeout(300)
+def test_four_nodes_read_one_bucket_through_faults(s3, s3_endpoint, tmp_path):
+    plan = FaultPlan(error_every=5, reset_every=3, delay_every=4, delay_s=0.02)
+    with fault_proxy(s3_endpoint, plan) as proxy:
+        four_nodes(s3, tmp_path, proxy, faulty=True)
+    assert plan.counts["503"] >= 3 and plan.counts["reset"] >= 3, plan.counts

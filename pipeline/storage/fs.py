@@ -215,6 +215,17 @@ def open_url(url, mode: str = "rb"):
     return fs.open(p, mode)
 
 
+def read_range(url, start: int, end: int) -> bytes:
+    """Bytes [start, end) of the file at `url`: one ranged read (a GET with a Range header), not
+    retried here: ``readahead`` retries each range through ``call``, which also names the URL."""
+    path = local_path(url)
+    if path is not None:
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), end - start, start)
+    fs, p = fs_for(url)
+    return fs.cat_file(p, start=start, end=end)
+
+
 def read_bytes(url) -> bytes:
     """The whole object/file at `url`."""
     with open_url(url, "rb") as f:
@@ -381,6 +392,7 @@ def remove(url, recursive: bool = False) -> None:
 __all__ = ["ObjectInfo", "READ_ONLY", "RetryPolicy", "RetryingReader", "StorageError", "add_storage_option",
            "apply_storage_options", "call", "can_list", "can_write", "exists", "fs_for", "info", "is_remote", "is_transient",
            "isdir", "join", "list_details", "listdir", "local_path", "makedirs", "multipart_etag", "named_error",
-           "open_url", "options_snapshot", "parse_storage_options", "protocol", "put_file", "read_bytes", "redact",
+           "open_url", "options_snapshot", "parse_storage_options", "protocol", "put_file", "read_bytes", "read_range",
+           "redact",
            "remove", "restore_options", "retry_policy", "set_options", "set_retry_policy", "size",
            "uploads_in_parts", "write_bytes"]

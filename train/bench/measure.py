@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from imagenet_shards.train.bench.baselines import val_resize
 from imagenet_shards.train.bench.timing import BatchStream, summarize, time_stream
 from imagenet_shards.train import loader as D
@@ -26,8 +28,10 @@ def measure_loader(data: str, *, split: str = "train", workers: int = 1, batches
                    decoder: str = "auto", res: int = 224, warmup: int = 5, rounds: int = 1) -> dict:
     """images/s of ``make_loader`` (train crops unless ``split`` is not train): the median of ``rounds``
     (``images_per_s``), the best round (``images_per_s_best``) and images per CPU-second."""
-    stream, _ = our_stream(data, split=split, workers=workers, batch_size=batch_size, decoder=decoder, res=res)
+    stream, loader = our_stream(data, split=split, workers=workers, batch_size=batch_size, decoder=decoder, res=res)
+    t0 = time.perf_counter()
     out = summarize([time_stream(stream, batches=batches, warmup=warmup) for _ in range(rounds)])
+    out["store"] = loader.store_stats(seconds=time.perf_counter() - t0)  # remote DATA: bytes/s, requests/s, wait
     out.update(workers=workers, batch_size=batch_size, decoder=dec.resolve_decoder(decoder), res=res, split=split,
                images_per_s_per_worker=out["images_per_s"] / max(1, workers))
     return out

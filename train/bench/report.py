@@ -64,6 +64,9 @@ def text_lines(result: dict, *, workers: int, batch_size: int, batches: int, rou
     if result.get("images_per_cpu_s"):
         lines.append(f"{result['images_per_cpu_s']:.1f} images per CPU-second (whole process tree: the per-core "
                      f"speed, less sensitive to other load on the machine)")
+    if (st := result.get("store")) and st["requests"]:
+        lines.append(f"store: {st['bytes_per_s'] / 1e6:.1f} MB/s, {st['requests_per_s']:.1f} requests/s, workers waited "
+                     f"{100 * st['wait_fraction']:.1f}% of the time, read-ahead <= {st['readahead_high_bytes'] >> 20} MiB/worker")
     m = result["machine"]
     turbo = (f"turbo decoder on libjpeg-turbo {m['jpegcrop_libjpeg_turbo']}" if m["jpegcrop_libjpeg_turbo"]
              else "turbo decoder not built")

@@ -51,9 +51,13 @@ class ShardDataset(IterableDataset):
 
     def __init__(self, shards: list[Shard], *, batch_size: int, cfg: DecodeConfig, workers: int, seed: int,
                  rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0,
-                 cache: ShardCache | None = None, prefetch_factor: int = 4, repeats: int = 1):
+                 cache: ShardCache | None = None, prefetch_factor: int = 4, repeats: int = 1,
+                 readahead: storage.ReadAheadPolicy | None = None, shard_bytes: list[int | None] | None = None):
         self.shards = shards
         self.opener = cache.open if cache is not None else open_url
+        # remote shards without a cache: parallel ranged reads running ahead (``storage.readahead``)
+        self.readahead = readahead if cache is None else None
+        self.shard_bytes = shard_bytes
         # what imagenet_shards.pipeline.storage.fs was told in this process (storage options, retry policy), for
         # workers that are spawned rather than forked
         self.storage_state = (storage.options_snapshot(), storage.retry_policy())
@@ -68,6 +72,9 @@ class ShardDataset(IterableDataset):
         self.remaining = torch.zeros(sum(self.sizes) if cfg.train else 0, dtype=torch.bool).share_memory_()
         self.board = new_board(workers, prefetch_factor)
         self._ring: SlotRing | None = None  # set in each worker process, kept across its epochs
+        # per DataLoader worker: what reading from the store cost so far (``STORE_FIELDS``), all epochs
+        self.store = torch.zeros((max(1, workers), len(STORE_FIELDS)), dtype=torch.float64).share_memory_()
+        self._counters: storage.ReadCounters | None = None  # this process's, published into `store`
 
     def plan(self, epoch: int | None = None) -> list[WorkerPlan]:
         """This rank's per-worker plans for ``epoch`` (default: the one ``set_epoch`` selected): the
@@ -111,7 +118,11 @@ class ShardDataset(IterableDataset):
         if start is not None and start.taken:
             order = position.consumed_stream(plan, n, self.shuffle_buffer, seed, start.taken)
             skip = position.skippable(plan, n, order)
-        records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip)
+        if self._counters is None:
+            self._counters = storage.ReadCounters()
+        records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip, readahead=self.readahead,
+                              shard_bytes=self.shard_bytes, counters=self._counters)
+        records = self._publishing(records, info.id if info is not None else 0)
         if cfg.train:
             records = position.worker_stream(records, plan, self.shuffle_buffer, seed)
         if order:
@@ -134,6 +145,25 @@ class ShardDataset(IterableDataset):
         yield from batches(iter(records), plan.batch_sizes, cfg, crops, fill=cfg.train,
                            strict=self.strict, shared=info is not None, aug=aug,
                            ring=self._ring if info is not None else None, start=start, refill=refill)
+
+    def _publishing(self, records, row: int):
+        """`records`, copying this worker's read counters into ``store[row]`` whenever they change."""
+        c, seen = self._counters, -1
+
+        def publish():
+            self.store[row] = torch.tensor([c.bytes, c.requests, c.wait_s, c.held_high], dtype=torch.float64)
+
+        try:
+            for rec in records:
+                if c.requests != seen:
+                    seen = c.requests
+                    publish()
+                yield rec
+        finally:
+            publish()
+
+
+STORE_FIELDS = ("bytes", "requests", "wait_s", "readahead_high_bytes")
 
 
 def quiet_worker(worker_id: int) -> None:
@@ -200,6 +230,21 @@ class ShardLoader:
         self._progress: EpochProgress | None = None
         self._start: dict | None = None  # the position `resume` set for the resumed epoch
         self._iterators: weakref.WeakSet = weakref.WeakSet()  # this loader's live worker iterators
+
+    def store_stats(self, seconds: float | None = None) -> dict:
+        """What reading remote shards cost so far (all iterations), per DataLoader worker and in all:
+        bytes and ranged requests read through the read-ahead, seconds the workers waited for the
+        store, and the most bytes a worker held for read-ahead. Zeros for local shards and with a
+        shard cache (its downloads are not counted). With ``seconds`` (the wall time they took):
+        also bytes/s, requests/s and the fraction of the workers' time spent waiting on the store."""
+        rows = [dict(zip(STORE_FIELDS, (int(b), int(r), float(w), int(h))))
+                for b, r, w, h in self.dataset.store.tolist()]
+        total = {k: sum(r[k] for r in rows) for k in STORE_FIELDS[:3]}
+        total["readahead_high_bytes"] = max(r["readahead_high_bytes"] for r in rows)
+        if seconds:
+            total.update(bytes_per_s=total["bytes"] / seconds, requests_per_s=total["requests"] / seconds,
+                         wait_fraction=total["wait_s"] / (seconds * len(rows)))
+        return {**total, "workers": rows}
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones, and those of an iteration left unfinished);
@@ -343,7 +388,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 hflip: bool = True, decoder: str = "auto", aug: str | None = None, shuffle_buffer: int = 2000,
                 pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int = 4,
                 strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
-                val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False) -> ShardLoader:
+                val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False,
+                readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy()) -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
@@ -352,7 +398,9 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     of that disk), least recently used evicted first (``cache.ShardCache``). ``val_crop_ratio``:
     FFCV's val centre crop (that fraction of the shorter side, resized to ``val_crop``) instead of
     resize + crop. ``repeats`` > 1: repeated augmentation in train (``plan.repeated_plan``).
-    ``keys``: eval batches come as (images, labels, keys)."""
+    ``keys``: eval batches come as (images, labels, keys). ``readahead``: how remote shards are read
+    without a cache (parallel ranged reads ahead of the decoder, ``storage.readahead``; None: one
+    sequential stream per shard)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -369,10 +417,17 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
                        val_ratio=val_crop_ratio)
-    shards = split_shards(read_manifest(data), data, split)
+    manifest = read_manifest(data)
+    shards = split_shards(manifest, data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
                            world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch,
-                           cache=cache, prefetch_factor=prefetch_factor, repeats=repeats)
+                           cache=cache, prefetch_factor=prefetch_factor, repeats=repeats, readahead=readahead,
+                           shard_bytes=_shard_bytes(manifest, split))
     return ShardLoader(dataset, workers=workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
                        prefetch_factor=prefetch_factor, keys=keys and not train)
+
+
+def _shard_bytes(manifest: dict, split: str) -> list[int | None]:
+    """Each shard's size as the manifest records it (None where it does not), in ``split_shards`` order."""
+    return [b if isinstance(b := s.get("bytes"), int) and b >= 0 else None for s in manifest["splits"][split]["shards"]]

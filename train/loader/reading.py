@@ -131,18 +131,42 @@ def _mapped(f):
 
 
 def read_pieces(shards: list[Shard], pieces: Iterable[Piece], *, opener=open_url,
-                skip: Collection[int] = ()) -> Iterator[Record]:
+                skip: Collection[int] = (), readahead: storage.ReadAheadPolicy | None = None,
+                shard_bytes: list[int | None] | None = None,
+                counters: storage.ReadCounters | None = None) -> Iterator[Record]:
     """Records of the planned pieces, in order. ``skip``: positions in that sequence of samples
     (0 = the first piece's first sample) that come out as ``SKIPPED`` without being read; a piece
-    skipped whole is not even opened."""
-    pos = 0
+    skipped whole is not even opened.
+
+    ``readahead`` (with ``shard_bytes``, each shard's size from the manifest): the remote shards of
+    the pieces to be opened are read through one ``storage.ReadAhead`` (parallel ranged reads, a
+    bounded window running ahead across shards), instead of ``opener``; ``counters`` adds up what
+    that cost. Shards that are local, or of unknown size, still go through ``opener``."""
+    pieces = list(pieces)
+    plan, pos = [], 0  # (piece, offset of its first sample in the sequence, read it?)
     for p in pieces:
         n = p.stop - p.start
-        if skip and all(pos + i in skip for i in range(n)):
-            yield from (SKIPPED for _ in range(n))
-        else:
-            offset = pos - p.start
-            shard = shards[p.shard]
-            yield from read_shard(shard.url, p.start, p.stop, opener=opener, shard=p.shard, exclude=shard.exclude,
-                                  skip=(lambda i, o=offset: o + i in skip) if skip else None)
+        plan.append((p, pos, not (skip and all(pos + i in skip for i in range(n)))))
         pos += n
+    ahead, slot = None, {}
+    if readahead is not None and shard_bytes is not None:
+        objects = []
+        for i, (p, _, read) in enumerate(plan):
+            url, size = shards[p.shard].url, shard_bytes[p.shard]
+            if read and size is not None and storage.is_remote(url):
+                slot[i] = len(objects)
+                objects.append((url, size))
+        if objects:
+            ahead = storage.ReadAhead(objects, readahead, counters=counters)
+    try:
+        for i, (p, offset, read) in enumerate(plan):
+            if not read:
+                yield from (SKIPPED for _ in range(p.stop - p.start))
+                continue
+            shard = shards[p.shard]
+            open_it = opener if i not in slot else (lambda url, mode, k=slot[i]: ahead.open(k))
+            yield from read_shard(shard.url, p.start, p.stop, opener=open_it, shard=p.shard, exclude=shard.exclude,
+                                  skip=(lambda j, o=offset - p.start: o + j in skip) if skip else None)
+    finally:
+        if ahead is not None:
+            ahead.close()

@@ -1,5 +1,5 @@
 """imagenet_shards.pipeline.storage.fs, the one I/O layer: redaction, error classification, retries, the resuming reader,
-uploads and their checks — against real servers on 127.0.0.1 (moto's S3, a static HTTP server, a
+uploads and their checks — against real servers on 127.0.0.1 (SeaweedFS's S3, a static HTTP server, a
 fault-injecting proxy) started by the fixtures in tests/fixtures/servers.py."""
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def test_http_cannot_list_nor_be_written():
     assert storage.can_write("s3://b/p") and storage.can_write("gs://b/p") and storage.can_write("/data/shards")
 
 
-# ----------------------------------------------------------------------------- S3 (moto)
+# ----------------------------------------------------------------------------- S3 (SeaweedFS)
 
 @pytest.mark.timeout(60)
 def test_s3_single_and_multipart_uploads_are_checked_against_their_etags(s3, tmp_path, monkeypatch):
@@ -266,11 +266,11 @@ def test_s3_read_write_list_remove(s3, tmp_path):
 
 
 @pytest.mark.timeout(90)
-def test_s3_read_is_exact_through_faults_with_botocore_retries_off(s3, moto_endpoint):
+def test_s3_read_is_exact_through_faults_with_botocore_retries_off(s3, s3_endpoint):
     data = os.urandom(3 * 2**20 + 5)
     s3.put("f/blob.bin", data)
     plan = FaultPlan(error_every=4, reset_every=3, delay_every=5, delay_s=0.02, only_paths=("blob.bin",))
-    with fault_proxy(moto_endpoint, plan) as proxy:
+    with fault_proxy(s3_endpoint, plan) as proxy:
         storage.set_options("s3", {"endpoint_url": proxy, "default_block_size": 2**20,
                                    "config_kwargs": {"retries": {"max_attempts": 1}}})
         with storage.open_url(s3.url("f/blob.bin")) as f:
