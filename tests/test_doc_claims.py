@@ -444,3 +444,19 @@ def test_audit_md_json_report_has_the_keys_audit_shards_writes(doc_playground):
     written = json_keys(report) - splits
     assert written - shown == set(), sorted(written - shown)  # every key it writes is shown
     assert shown - written - {"train", "val", "within_train", "within_val"} == set()  # and nothing it does not
+
+
+@pytest.mark.timeout(300)
+def test_the_loader_docs_first_example_runs_without_a_warning_on_this_machine(tiny_shards):
+    """docs/loader.md's opening example, run as written on the tiny shard set (its path, rank and
+    epochs filled in): no warning, pin_memory's "no accelerator" one included (issue 29 row 12)."""
+    import warnings
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "loader.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    code = code.replace('"/data/imagenet-shards"', repr(str(tiny_shards))).replace("workers=8", "workers=0")
+    code = code.replace("        ...", "        break")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exec(compile(code, "docs/loader.md", "exec"), {"rank": 0, "world": 1, "epochs": 1, "res_for": lambda e: 32})
