@@ -249,3 +249,20 @@ def test_a_recipes_fp16_runs_as_bf16_on_the_cpu_with_a_recorded_note(tiny_shards
     assert start["device_adaptations"] == adapted
     assert json.loads((out / "recipe.json").read_text())["device_adaptations"] == adapted
     assert ckpt.load_checkpoint(out / ckpt.LATEST)["scaler"] is None  # bf16: no GradScaler
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_while_the_console_script_imports_is_one_line_and_exit_143(tmp_path):
+    """A real SIGTERM to train-imagenet 0.5 s after it started (inside torch's import, seconds long):
+    one line and 143, not the default action's -15 and silence (issue 29 row 12)."""
+    script = Path(sys.executable).with_name("train-imagenet")
+    proc = subprocess.Popen([str(script), "--synthetic-data", "--out", str(tmp_path / "run"), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert proc.poll() is None, "started up in under 0.5 s: nothing was tested"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (proc.returncode, err[-2000:])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("stopped by SIGTERM"), err
+    assert not (tmp_path / "run").exists()
