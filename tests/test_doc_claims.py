@@ -463,3 +463,19 @@ def test_recipes_md_names_every_show_key_and_only_those():
     written = json_keys(d["scaling"]) | json_keys(describe(retimed, world_size=1)["scaling"])
     in_scaling = set(re.findall(r"`(\w+)`", scaling_part)) - {"linear", "sqrt", "scaling"}
     assert written == in_scaling, (sorted(written - in_scaling), sorted(in_scaling - written))
+
+
+@pytest.mark.timeout(300)
+def test_the_loader_docs_first_example_runs_without_a_warning_on_this_machine(tiny_shards):
+    """docs/loader.md's opening example, run as written on the tiny shard set (its path, rank and
+    epochs filled in): no warning, pin_memory's "no accelerator" one included (issue 29 row 12)."""
+    import warnings
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "loader.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    code = code.replace('"/data/imagenet-shards"', repr(str(tiny_shards))).replace("workers=8", "workers=0")
+    code = code.replace("        ...", "        break")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exec(compile(code, "docs/loader.md", "exec"), {"rank": 0, "world": 1, "epochs": 1, "res_for": lambda e: 32})

@@ -69,9 +69,7 @@ def test_the_installed_script_prints_the_same_one_line():
     assert r.stderr == "error: argument --shard-samples: invalid int value: 'abc' (see prepare-shards --help)\n"
 
 
-# --workers: one rule for every command (pipeline/console.py: worker_count). The trainer's and the
-# loader benchmark's parsers are not this package's: they still parse --workers themselves.
-WORKERS_PENDING = {"train-imagenet", "bench-loader"}
+# --workers: one rule for every command (pipeline/console.py: worker_count).
 
 
 def _parsers() -> dict:
@@ -86,13 +84,14 @@ def test_every_workers_option_is_parsed_by_the_one_rule():
     from imagenet_shards.pipeline.console import worker_count
 
     with_workers = {name: a for name, p in _parsers().items() for a in p._actions if "--workers" in a.option_strings}
-    assert {"prepare-shards", "prepare-shards adopt", "audit-shards"} <= set(with_workers)
-    wrong = [name for name, a in with_workers.items() if a.type is not worker_count and name not in WORKERS_PENDING]
+    assert {"prepare-shards", "prepare-shards adopt", "audit-shards", "train-imagenet",
+            "bench-loader"} <= set(with_workers)
+    wrong = [name for name, a in with_workers.items() if a.type is not worker_count]
     assert not wrong, wrong
 
 
 WORKER_COMMANDS = [("prepare-shards", ["--train", "t.tar", "--out", "o"]), ("prepare-shards", ["adopt", "src"]),
-                   ("audit-shards", ["data"])]
+                   ("audit-shards", ["data"]), ("train-imagenet", ["--out", "o"]), ("bench-loader", ["data"])]
 
 
 @pytest.mark.parametrize("script,argv", WORKER_COMMANDS, ids=[" ".join([s, *a[:1]]) for s, a in WORKER_COMMANDS])

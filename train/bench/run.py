@@ -20,7 +20,7 @@ import sys
 import torch
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.console import WORKERS_RULE, OneLineParser, worker_count
 from imagenet_shards.train.bench.compare import compare
 from imagenet_shards.train.bench.measure import measure_loader
 from imagenet_shards.train.bench.peers import PEERS_ENV
@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", metavar="DATA", help="shard set directory or URL (holds manifest.json)")
     p.add_argument("--split", default="train",
                    help="split to read (default train: RandomResizedCrop + flip; any other split: centre crops)")
-    p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes (default 1)")
+    p.add_argument("--workers", type=worker_count, default=1,
+                   help=f"DataLoader worker processes (default 1; {WORKERS_RULE})")
     p.add_argument("--batches", type=int, default=50, help="timed batches per round (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed batches first (default 5; with --compare, rounds after the first skip at "
                         "least 4 x workers + 2: what a loader prefetched while another one ran)")

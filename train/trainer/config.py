@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.console import WORKERS_RULE, worker_count
 from imagenet_shards.train.augment import policies as augment
 from imagenet_shards.train.trainer.watch import host
 from imagenet_shards.train.trainer.distributed import DistInfo
@@ -90,10 +91,10 @@ class TrainConfig:
     recipe: str | None = flag(None, metavar="NAME",  # the published recipe this run follows (train/recipes)
                               help="a published recipe (docs/recipes.md): {recipes}; other flags override its values "
                                    "(recorded as overrides)")
-    workers: int | None = flag(None, type=int,  # None: host.default_workers for this node
+    workers: int | None = flag(None, type=worker_count,  # None: host.default_workers for this node
                                help="loader worker processes per rank (default: the node's usable cores / ranks on "
                                     "the node, less 1 for the training thread and, on CUDA, 1 for the pin-memory "
-                                    "thread; printed at start)")
+                                    f"thread; printed at start; {WORKERS_RULE})")
     device: str = flag("auto", choices=("auto", "cuda", "cpu"))
     dist_backend: str = flag("auto", choices=("auto", "nccl", "gloo"),  # distributed.pick_backend
                              help="process-group backend under torchrun (default: NCCL on CUDA, gloo on the CPU); "
@@ -101,6 +102,9 @@ class TrainConfig:
     seed: int = flag(0, help="seeds the data order, augmentation and init")
     resume: str | None = flag(None, metavar="auto|PATH", help="continue from a checkpoint (a local path); auto = "
                                                               "RUN_DIR/checkpoint-latest.pt if it exists")
+    overwrite: bool = flag(False, help="start afresh in a RUN_DIR that holds another run's checkpoints or records: "
+                                       "they are moved to RUN_DIR/replaced-<UTC time>/ first (without it such a "
+                                       "RUN_DIR is refused; --resume auto continues that run instead)")
     stop_after_epochs: int | None = flag(None, type=positive_int, metavar="N",
                                          help="stop after N epochs in this invocation (the schedule still spans "
                                               "--epochs); continue later with --resume auto")
@@ -230,6 +234,8 @@ class TrainConfig:
     # not flags: set by --recipe (trainer/recipe.py)
     recipe_overrides: dict = field(default_factory=dict)  # field -> the recipe's value a flag replaced
     recipe_scaling: dict = field(default_factory=dict)    # how the recipe was fitted to this world size
+    # not a flag: set by `resolve`: field -> {"recipe": its value, "here": this device's, "why": ...}
+    device_adaptations: dict = field(default_factory=dict)
 
 
 def imagenet_1k_sizes() -> tuple[int, int]:
@@ -278,6 +284,15 @@ def resolve(config: TrainConfig, info: DistInfo, cores: int | None = None) -> tu
         changes["channels_last"] = cuda
     if config.warmup_epochs is None:
         changes["warmup_epochs"] = default_warmup(config.epochs)
+    if config.amp == "fp16" and not cuda and config.recipe and "amp" not in config.recipe_overrides:
+        # measured (issue 29, CPU): fp16 autocast 0.8-0.9 img/s against 63-78 with bf16 or none; bf16 is
+        # the CPU's own default and, like fp16, reduced-precision autocast (no GradScaler needed)
+        changes["amp"] = "bf16"
+        changes["device_adaptations"] = {**config.device_adaptations, "amp": {
+            "recipe": "fp16", "here": "bf16", "why": f"no fast fp16 on {info.device.type}"}}
+        notes.append(f"note: recipe {config.recipe}'s --amp fp16 runs as bf16 here (no fast fp16 on the "
+                     f"{info.device.type}: ~1 img/s against ~70); recorded as a device adaptation (the start "
+                     f"record's and recipe.json's device_adaptations)")
     return dataclasses.replace(config, **changes), notes
 
 
@@ -318,5 +333,7 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
             flag = "--gpu-decode" if config.gpu_decode else "--synthetic-data"
             raise TrainError(f"--checkpoint-every needs the CPU loader's position; {flag} runs checkpoint at "
                              f"epoch ends only (drop one of them)")
+    if config.overwrite and (config.resume or config.eval_only):
+        raise TrainError("--overwrite starts a new run; it does not go with --resume or --eval-only (drop one)")
     if config.stop_check_every < 1:
         raise TrainError(f"--stop-check-every must be >= 1, got {config.stop_check_every}")

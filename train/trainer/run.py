@@ -23,7 +23,8 @@ from imagenet_shards.train.trainer.schedule import run_resolution
 from imagenet_shards.train.trainer.state import checkpoint as ckpt
 from imagenet_shards.train.trainer.state.lifecycle import Lifecycle, parse_every
 from imagenet_shards.train.trainer.state.restore import restore
-from imagenet_shards.train.trainer.state.resume import data_identity, describe_position, resume_state
+from imagenet_shards.train.trainer.state.resume import (data_identity, describe_position, fresh_start_problem,
+                                                         resume_state, set_aside)
 from imagenet_shards.train.trainer.watch import host, preflight
 
 __all__ = ["TrainConfig", "TrainError", "train"]
@@ -33,7 +34,7 @@ def _check_data(config: TrainConfig, info: DistInfo, manifest: dict | None) -> N
     """A run folder rank 0 can write, shards present with their recorded sizes, and room in
     /dev/shm, on every node; all ranks stop together with the first problem any node found
     (TrainError), before the first step."""
-    problem = ckpt.out_problem(config.out) if info.is_main else None
+    problem = (ckpt.out_problem(config.out) or fresh_start_problem(config)) if info.is_main else None
     if problem is None and manifest is not None and info.local_rank == 0:  # one check per node (own copies)
         splits = ["val"] if config.eval_only else ["train"] if config.no_val else ["train", "val"]
         shards = preflight.listed_shards(manifest, config.data, splits)
@@ -86,6 +87,13 @@ def train(config: TrainConfig) -> dict:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:  # out_problem found it writable a moment ago
             raise TrainError(f"cannot create --out {out}: {e.strerror or e}") from None
+        stale = ckpt.remove_stale_temps(out)
+        if stale:
+            print0(info, f"removed {len(stale)} temp file(s) a killed run left in {out} ({', '.join(stale)})")
+        aside = set_aside(out) if config.overwrite else None
+        if aside is not None:
+            print0(info, f"--overwrite: the earlier run's checkpoints and records in {out} moved to {aside}/ "
+                         f"(delete it when you no longer need them)")
     every_steps, every_seconds = parse_every(config.checkpoint_every) if config.checkpoint_every else (None, None)
     with Lifecycle(info, every_steps=every_steps, every_seconds=every_seconds,
                    agree_every=config.stop_check_every) as life, warnings.catch_warnings():
@@ -105,6 +113,11 @@ def train(config: TrainConfig) -> dict:
             print0(info, f"resumed from {state_path} at {describe_position(state)}")
         elif config.resume == "auto":
             print0(info, f"--resume auto: no checkpoint in {out} yet, starting from scratch")
+        if state is not None and not config.eval_only and not state.get("epoch_step") and start_epoch >= config.epochs:
+            # a finished run resumed (a requeue after the end): nothing to train, no second start/final record
+            print0(info, f"{state_path} is the end of the run's last epoch ({start_epoch} of --epochs "
+                         f"{config.epochs}): nothing left to train (a larger --epochs extends the run)")
+            return {**(state.get("metrics") or {}), "weights_sha256": ckpt.state_dict_sha256(parts.raw)}
         try:
             run = Run.open(config, info, parts, life, state=state, state_path=state_path, num_train=num_train,
                            step=step, best_top1=best_top1, start_epoch=start_epoch, real=real, data_id=data_id)

@@ -26,6 +26,7 @@ from imagenet_shards.train.trainer.schedule import run_resolution
 from imagenet_shards.train.trainer.state import checkpoint as ckpt
 from imagenet_shards.train.trainer.state.lifecycle import Lifecycle, Stopped, stop_line
 from imagenet_shards.train.trainer.state.restore import resume_epoch
+from imagenet_shards.train.trainer.state.resume import noted_changes
 from imagenet_shards.train.trainer.watch import ceiling, host
 from imagenet_shards.train.trainer.watch.memory import MemoryWatch, epoch_memory
 from imagenet_shards.train.trainer.watch.telemetry import (MetricsLog, epoch_fingerprint, gpu_memory_gib,
@@ -69,16 +70,17 @@ def loader_stats(loader, batches: int) -> dict:
 def _recipe_record(config: TrainConfig, info: DistInfo, out: Path, parts: Parts, num_train: int) -> dict:
     """The start record's recipe fields; with --recipe, RUN_DIR/recipe.json (what --show prints,
     resolved for this run's world size and data) written by rank 0."""
+    adapted = {"device_adaptations": config.device_adaptations} if config.device_adaptations else {}
     if not config.recipe:
-        return {}
+        return adapted
     from imagenet_shards.train.trainer.recipe import describe as describe_recipe
     from imagenet_shards.pipeline.storage.atomic import write_atomic
-    resolved = describe_recipe(config, world_size=info.world_size, num_train=num_train,
-                               steps_per_epoch=parts.steps_per_epoch)
+    resolved = {**describe_recipe(config, world_size=info.world_size, num_train=num_train,
+                                  steps_per_epoch=parts.steps_per_epoch), **adapted}
     if info.is_main:
         write_atomic(out / "recipe.json", (json.dumps(resolved, indent=1, sort_keys=True) + "\n").encode())
     return {"recipe": config.recipe, "recipe_overrides": config.recipe_overrides,
-            "recipe_scaling": config.recipe_scaling}
+            "recipe_scaling": config.recipe_scaling, **adapted}
 
 
 def summary_line(config: TrainConfig, result: dict, best: float | None) -> str | None:
@@ -156,8 +158,13 @@ class Run:
                        "step": run.step, **resumed}
             if info.is_main:  # the killed run's records past the checkpoint (its step numbers) are replaced
                 resumed["superseded_records"] = supersede(run.out, int(state["step"]))
+        elif config.resume == "auto" and not config.eval_only:
+            # a killed run that left no checkpoint: this run starts from step 0, so all its records are replaced
+            resumed = {"from": None, "epoch": 0, "epoch_step": 0, "step": 0}
+            if info.is_main:
+                resumed["superseded_records"] = supersede(run.out, 0)
         run.metrics = MetricsLog(run.out, enabled=info.is_main,
-                                 purge_step=int(state["step"]) if state is not None else None)
+                                 purge_step=int(state["step"]) if state is not None else 0 if resumed else None)
         run.metrics.log("start", workers=config.workers, world_size=info.world_size,
                         cores_per_rank=run.cores_per_rank, batch_size=config.batch_size, arch=config.arch,
                         device=info.device.type, global_batch=config.batch_size * info.world_size * config.accumulate,
@@ -191,6 +198,9 @@ class Run:
                          f"later epochs as this layout plans them")
         for text in resumed["settings_changed"]:
             print0(info, f"note: {text}: the continuation may differ from an uninterrupted run in the last bits")
+        resumed["noted"] = noted_changes(state.get("config") or {}, ckpt.plain(ckpt.saved_config(config)))
+        for text in resumed["noted"]:
+            print0(info, f"note: {text}")
         return resumed
 
     def close(self) -> None:

@@ -109,7 +109,7 @@ def test_the_parser_is_made_from_the_config_and_returns_only_the_flags_given():
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     dests = {a.dest for a in parser._actions} - {"help"}
     assert dests - set(flags.CLI_ONLY) == {f.name for f in flags.flag_fields()} == set(flags.defaults())
-    assert fields - dests == {"recipe_overrides", "recipe_scaling"}  # set by --recipe, not flags
+    assert fields - dests == {"recipe_overrides", "recipe_scaling", "device_adaptations"}  # set by --recipe or resolve
     assert all(a.default is argparse.SUPPRESS for a in parser._actions)  # the defaults are TrainConfig's alone
     assert vars(parser.parse_args([])) == {}
     assert vars(parser.parse_args(["--epochs", "16", "--no-tta", "--storage-option", "a=b"])) == {

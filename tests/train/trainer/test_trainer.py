@@ -231,3 +231,38 @@ def test_learns_synthetic_imagenet_end_to_end(tmp_path):
                    "--warmup-epochs", "1", "--workers", "2", "--device", "cpu", "--amp", "none") == 0
     last = [r for r in read_metrics(out) if r["kind"] == "epoch"][-1]
     assert last["val_samples"] == 200 and last["val_top1"] > 0.6, last
+
+
+@pytest.mark.timeout(300)
+def test_a_recipes_fp16_runs_as_bf16_on_the_cpu_with_a_recorded_note(tiny_shards, tmp_path, capsys):
+    """ffcv-rn18-16's AMP is fp16, which the CPU has no fast kernels for (~1 img/s): there it runs as
+    bf16, one line says so, and the start record and recipe.json record it as a device adaptation
+    (issue 29 row 7)."""
+    out = tmp_path / "ffcv"
+    assert run_cli("--data", tiny_shards, "--out", out, "--recipe", "ffcv-rn18-16", *TINY, "--epochs", "1",
+                   "--limit-batches", "1", "--end-res", "32") == 0
+    said = capsys.readouterr().out
+    assert "note: recipe ffcv-rn18-16's --amp fp16 runs as bf16 here (no fast fp16 on the cpu" in said, said
+    assert "amp bf16" in said
+    start = next(r for r in read_metrics(out) if r["kind"] == "start")
+    adapted = {"amp": {"recipe": "fp16", "here": "bf16", "why": "no fast fp16 on cpu"}}
+    assert start["device_adaptations"] == adapted
+    assert json.loads((out / "recipe.json").read_text())["device_adaptations"] == adapted
+    assert ckpt.load_checkpoint(out / ckpt.LATEST)["scaler"] is None  # bf16: no GradScaler
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_while_the_console_script_imports_is_one_line_and_exit_143(tmp_path):
+    """A real SIGTERM to train-imagenet 0.5 s after it started (inside torch's import, seconds long):
+    one line and 143, not the default action's -15 and silence (issue 29 row 12)."""
+    script = Path(sys.executable).with_name("train-imagenet")
+    proc = subprocess.Popen([str(script), "--synthetic-data", "--out", str(tmp_path / "run"), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert proc.poll() is None, "started up in under 0.5 s: nothing was tested"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (proc.returncode, err[-2000:])
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("stopped by SIGTERM"), err
+    assert not (tmp_path / "run").exists()

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from imagenet_shards.pipeline.storage.atomic import DiskFull, atomic_open, link_atomic, stale_temps
+from imagenet_shards.pipeline.storage.atomic import DiskFull, atomic_open, link_atomic, stale_temps, temp_owner
 from imagenet_shards.pipeline.storage.retry import redact
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
 from imagenet_shards.train.trainer.distributed import DistInfo, gather_objects
@@ -57,9 +57,40 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
 
 
 def link_checkpoint(source: str | os.PathLike, target: str | os.PathLike) -> Path:
-    """Make `target` a copy of `source` atomically: a hard link where the filesystem has them."""
+    """Make `target` a copy of `source` atomically: a hard link where the filesystem has them.
+
+    Nothing to do when `target` already is `source` (a save killed after its `previous <- latest`
+    link leaves the two one file): linking again would end in a rename of one hard link over another
+    of the same file, which POSIX makes a no-op that leaves the temp link behind for good."""
+    if os.path.exists(target) and os.path.samefile(source, target):
+        return Path(target)
     link_atomic(source, target)
     return Path(target)
+
+
+def remove_stale_temps(out: str | os.PathLike) -> list[str]:
+    """Remove the temp files our own writers (checkpoints, metrics.jsonl, recipe.json) left in the
+    run folder `out` when a process was killed mid-write, unless their writer still runs; returns
+    their names. A run folder is one run's, so these can only be a dead predecessor's."""
+    removed = []
+    for name in ("checkpoint-*.pt", "metrics.jsonl", "recipe.json"):
+        for stale in stale_temps(out, name):
+            owner = temp_owner(stale)
+            if owner is not None and owner != os.getpid() and _alive(owner):
+                continue
+            Path(stale).unlink(missing_ok=True)
+            removed.append(os.path.basename(stale))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict:
@@ -165,7 +196,7 @@ def _write(path: Path, state: dict) -> dict:
 def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: int, result: dict,
          best_top1: float | None, data_id: str | None = None) -> tuple[float | None, dict | None]:
     """checkpoint-latest on rank 0 (every rank's RNG state gathered first; the one it replaces
-    kept as checkpoint-previous), and -best when val top-1 improves. Returns the best top-1 so far
+    kept as checkpoint-previous, an earlier checkpoint-mid removed), and -best when val top-1 improves. Returns the best top-1 so far
     and, on rank 0, what the write cost ({"path", "seconds", "bytes"})."""
     rngs = gather_objects(info, rng_state(info.device))
     top1 = result.get(config.best_metric)  # the recipe's published figure (val_top1, ema_val_top1, val_real_top1)
@@ -181,6 +212,8 @@ def save(config: TrainConfig, info: DistInfo, parts: Parts, epoch: int, step: in
             if target.exists():
                 link_checkpoint(target, out / PREVIOUS)  # the fallback if the new one is ever damaged
             cost = _write(target, state)
+            # a mid-epoch checkpoint is now behind this epoch end: --resume auto never takes it again
+            (out / MID).unlink(missing_ok=True)
             if is_best:
                 target = out / BEST
                 link_checkpoint(out / LATEST, target)

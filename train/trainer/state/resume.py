@@ -20,19 +20,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
-from imagenet_shards.train.trainer.state.checkpoint import LATEST, MID, PREVIOUS, load_checkpoint, plain, saved_config
+from imagenet_shards.train.trainer.state.checkpoint import (BEST, LATEST, MID, PREVIOUS, load_checkpoint, plain,
+                                                             saved_config)
 
 # Config fields that say how a run executes, not what it computes: they may differ on resume.
 EXECUTION = frozenset({
-    "data", "out", "workers", "device", "resume", "stop_after_epochs", "eval_only", "profile", "measure_ceiling",
+    "data", "out", "workers", "device", "resume", "overwrite", "stop_after_epochs", "eval_only", "profile", "measure_ceiling",
     "log_interval", "cache_dir", "cache_size", "storage_option", "weights", "compile", "channels_last",
     "checkpoint_every", "stop_check_every", "dist_backend",
     # evaluation only, and how a recipe was fitted to the world size (its effects show as the fields it set)
     "eval_every", "tta", "eval_real", "val_crop_ratio", "no_val", "recipe_scaling",
+    "device_adaptations",
 })
+# What a run leaves in RUN_DIR (moved aside together by --overwrite, so two runs' files never mix).
+CHECKPOINTS = (LATEST, PREVIOUS, BEST, MID)
+RUN_FILES = (*CHECKPOINTS, "metrics.jsonl", "recipe.json", "tensorboard", "profile")
+# Of those, the ones whose change at a mid-epoch resume changes what the run reports: a note each.
+NOTED = {"eval_every": "evaluation follows this run's value from the epoch it continues on"}
 # Of those, the ones whose change costs bit-identity (numerics may differ in the last bits).
 INEXACT = ("compile", "channels_last", "device")
 
@@ -99,6 +107,13 @@ def config_changes(saved: dict, config: dict) -> tuple[list[str], list[str]]:
     return refused, allowed
 
 
+def noted_changes(saved: dict, config: dict) -> list[str]:
+    """The NOTED fields a mid-epoch checkpoint's config and this run's differ in, as
+    `--flag A there, B here: what follows` texts."""
+    return [f"--{name.replace('_', '-')} {_show(plain(saved[name]))} there, {_show(plain(config.get(name)))} here: {why}"
+            for name, why in NOTED.items() if name in saved and plain(saved[name]) != plain(config.get(name))]
+
+
 def continuation_problem(state: dict, config: dict, data_id: str | None, path: Path) -> str | None:
     """One line saying why this mid-epoch checkpoint cannot continue this run, or None."""
     if data_id is not None and state.get("data_id") not in (None, data_id):
@@ -158,3 +173,39 @@ def resume_state(config: TrainConfig, num_classes: int,
         if problem:
             raise TrainError(problem)
     return state, path, notes
+
+
+def fresh_start_problem(config: TrainConfig) -> str | None:
+    """Why a run started without --resume may not use RUN_DIR (it holds another run's checkpoints),
+    or None. A requeue that forgot --resume must lose nothing: such a folder is refused, unless
+    --overwrite says to start afresh (`set_aside`). Runs that write no checkpoints (--eval-only,
+    --synthetic-data) share a run folder freely."""
+    if config.resume or config.overwrite or config.eval_only or config.synthetic_data:
+        return None
+    out = Path(config.out)
+    found = [name for name in CHECKPOINTS if (out / name).exists()]
+    if not found:
+        return None
+    return (f"--out {out} holds another run's checkpoints ({', '.join(found)}): continue that run with --resume "
+            f"auto, or start a new one there with --overwrite (its files are moved to {out}/replaced-<time>/), "
+            f"or give another --out")
+
+
+def set_aside(out: str | Path) -> Path | None:
+    """--overwrite: move the earlier run's files (RUN_FILES) into RUN_DIR/replaced-<UTC time>/ and
+    return that folder (None when there were none). Moved, not deleted: a rename costs nothing on
+    the same disk, and an --overwrite given by mistake (a requeue script) loses nothing; deleting
+    the folder is the user's call."""
+    out = Path(out)
+    present = [out / name for name in RUN_FILES if (out / name).exists()]
+    if not present:
+        return None
+    aside = out / time.strftime("replaced-%Y%m%dT%H%M%SZ", time.gmtime())
+    n = 0
+    while aside.exists():  # two --overwrite runs within a second
+        n += 1
+        aside = aside.with_name(f"{aside.name.split('.')[0]}.{n}")
+    aside.mkdir()
+    for path in present:
+        path.rename(aside / path.name)
+    return aside

@@ -203,6 +203,48 @@ def test_sigkill_after_a_periodic_checkpoint_resumes_exactly_and_supersedes_metr
     assert [r["data_fingerprint"] for r in _epochs(straight)] == [r["data_fingerprint"] for r in _epochs(killed)]
 
 
+@pytest.mark.timeout(600)
+def test_sigkill_before_any_checkpoint_then_resume_auto_supersedes_the_killed_runs_records(shards, tmp_path, capsys):
+    """SIGKILL in epoch 1 before any checkpoint (no --checkpoint-every), then --resume auto: the run
+    starts from scratch, and every record the killed run wrote is marked superseded, so report-run and
+    the epoch records count each step once (issue 29 row 2)."""
+    rng, why = _seeded("sigkill-first-epoch")
+    out = tmp_path / "killed"
+    common = ["--data", shards, *FLAGS, "--workers", "0", "--epochs", "1", "--out", out]
+    _interrupt(tmp_path, 1, common, out, at_step=rng.randint(3, 8), sig=signal.SIGKILL)
+    assert not any((out / name).exists() for name in (ckpt.LATEST, ckpt.MID)), why
+    killed = [r for r in read_metrics(out) if r["kind"] == "train_interval"]
+    assert killed, why
+    capsys.readouterr()
+    assert run_cli(*common, "--resume", "auto") == 0
+    assert "no checkpoint in" in capsys.readouterr().out
+    records = read_metrics(out)
+    superseded = [r for r in records if r.get("superseded")]
+    assert len([r for r in superseded if r["kind"] == "train_interval"]) == len(killed), why
+    drawn = [r["step"] for r in read_run(str(out)) if r["kind"] == "train_interval"]
+    assert drawn == list(range(1, 16)), why  # each step once, in order
+    start = [r for r in records if r["kind"] == "start"][-1]
+    assert start["resumed"]["from"] is None and start["resumed"]["superseded_records"] == len(superseded), why
+    assert len(_epochs(out)) == 1, why
+
+
+@pytest.mark.timeout(600)
+def test_eval_every_changed_at_a_mid_epoch_resume_gets_a_note(shards, tmp_path, capsys):
+    """SIGTERM mid-epoch 1, then --resume auto with another --eval-every: allowed (how the run reports,
+    not what it computes), with one note, also in the start record (issue 29 row 12)."""
+    out = tmp_path / "run"
+    common = ["--data", shards, *FLAGS, "--workers", "0", "--out", out]
+    _interrupt(tmp_path, 1, common, out, at_step=3)
+    assert ckpt.load_checkpoint(out / ckpt.MID)["epoch_step"] >= 3
+    capsys.readouterr()
+    assert run_cli(*common, "--resume", "auto", "--eval-every", "2", "--epochs", "2") == 0
+    said = capsys.readouterr().out
+    line = "note: --eval-every 1 there, 2 here: evaluation follows this run's value from the epoch it continues on"
+    assert said.count(line) == 1, said
+    start = [r for r in read_metrics(out) if r["kind"] == "start"][-1]
+    assert start["resumed"]["noted"] == [line[len("note: "):]]
+
+
 def test_torn_checkpoint_falls_back_to_the_previous_and_says_so(tmp_path):
     out = tmp_path / "run"
     base = {"format": ckpt.FORMAT, "format_version": ckpt.FORMAT_VERSION, "arch": "resnet18", "num_classes": 4,
