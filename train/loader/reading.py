@@ -110,7 +110,8 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
                 return
             if bad_shards == "stop":
                 raise ShardDigestError(why)
-            yield from _as_bad(_records(source, shown, start, stop, shard, exclude, skip, read=False), why)
+            yield from _as_bad(_records(source, shown, start, stop, shard, exclude, skip, read=False), why,
+                               shown, shard, start, stop, skip)
             return
         if not check_streamed:
             yield from _records(source, shown, start, stop, shard, exclude, skip)
@@ -129,7 +130,7 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
             hashing.drain()
             if _mismatch(digest, hashing.hexdigest(), shown) is None:
                 raise
-            held = None  # its records are cut short: use the planned positions instead
+            held = None  # its records are cut short: the planned positions stand in (``_as_bad``)
         hashing.drain()
         why = _mismatch(digest, hashing.hexdigest(), shown)
         if why is None:
@@ -137,10 +138,7 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
             return
         if bad_shards == "stop":
             raise ShardDigestError(why)
-        if held is None:
-            n = (stop if stop is not None else start) - start
-            held = [Record(f"{shown}#{start + i}", shown, None, None, shard, start + i) for i in range(n)]
-        yield from _as_bad(held, why)
+        yield from _as_bad(held or (), why, shown, shard, start, stop, skip)
 
 
 def _mismatch(digest: tuple[str, str], got: str, shown: str) -> str | None:
@@ -151,9 +149,19 @@ def _mismatch(digest: tuple[str, str], got: str, shown: str) -> str | None:
             f"changed after it was written; run audit-shards on this shard set")
 
 
-def _as_bad(records: Iterable, why: str) -> Iterator:
-    for rec in records:
-        yield rec if rec is SKIPPED else rec._replace(jpg=None, cls=None, bad=why)
+def _as_bad(records: Iterable, why: str, shown: str, shard: int, start: int, stop: int | None,
+            skip: Callable[[int], bool] | None) -> Iterator:
+    """`records` (SKIPPED or not) as bad records saying `why`; where they end early (a damaged tar
+    cut them short), the rest of the planned positions ``[start, stop)``, keyed ``URL#position``."""
+    i = start
+    try:
+        for rec in records:
+            yield rec if rec is SKIPPED else rec._replace(jpg=None, cls=None, bad=why)
+            i += 1
+    except ValueError:
+        pass
+    for j in range(i, stop if stop is not None else i):
+        yield SKIPPED if skip is not None and skip(j) else Record(f"{shown}#{j}", shown, None, None, shard, j, bad=why)
 
 
 def _records(source, shown: str, start: int, stop: int | None, shard: int, exclude: frozenset,

@@ -160,3 +160,28 @@ def test_train_imagenet_stops_in_one_line_exit_2_naming_audit_shards(intact, fli
     assert train_main([*args, "--epochs", "2"]) == 2  # resumes after epoch 0, reads the changed shard
     err = [line for line in capsys.readouterr().err.splitlines() if "do not match the manifest" in line]
     assert len(err) == 1 and bad_url(data).rsplit("/", 1)[-1] in err[0] and "audit-shards" in err[0]
+
+
+@pytest.mark.parametrize("opener", [D.open_url, streamed], ids=["mapped", "streamed"])
+def test_skip_mode_keeps_positions_for_a_shard_with_a_damaged_header_too(intact, tmp_path, opener):
+    """A header that fails its checksum (size kept) in a shard that also fails its digest: with skip,
+    the planned positions come out bad (SKIPPED where the resume skips them); with stop, it stops."""
+    data = tmp_path / "set"
+    shutil.copytree(intact, data)
+    m = D.read_manifest(str(data))
+    path = data / m["splits"]["train"]["shards"][BAD]["url"]
+    with tarfile.open(path) as tf:
+        header = tf.getmembers()[6].offset  # the third sample's first member
+    raw = bytearray(path.read_bytes())
+    raw[header + 10] ^= 0x20
+    path.write_bytes(bytes(raw))
+    from imagenet_shards.pipeline.format.digest import shard_check
+    shards = D.split_shards(m, str(data), "train")
+    digests = [shard_check(s) for s in m["splits"]["train"]["shards"]]
+    got = list(D.read_pieces(shards, [Piece(BAD, 0, PER_SHARD)], opener=opener, skip={0}, digests=digests,
+                             bad_shards="skip"))
+    assert len(got) == PER_SHARD and got[0] is D.SKIPPED
+    assert all("do not match the manifest" in r.bad for r in got[1:])
+    assert got[-1].key.endswith(f"#{PER_SHARD - 1}")  # past the damage: named by position
+    with pytest.raises(ValueError, match="audit-shards"):
+        list(D.read_pieces(shards, [Piece(BAD, 0, PER_SHARD)], opener=opener, digests=digests))
