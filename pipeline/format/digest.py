@@ -2,7 +2,7 @@
 
 Every shard entry has `sha256` and `md5`; prepare-shards, adopt and finalize also record `xxh3_128`
 (XXH3, 128-bit, seed 0, as lower-case hex of the canonical big-endian digest: what
-`xxhash.xxh3_128_hexdigest(data)` and `xxhsum -H128` print). Why a second, non-cryptographic
+`xxhash.xxh3_128_hexdigest(data)` and `xxhsum -H2` print). Why a second, non-cryptographic
 digest: the loader checks every shard it reads (docs/loader.md), and on the dev box sha256 costs
 0.55 ms/MiB of CPU (1.8 GB/s with SHA-NI; several times that without) against 0.045 ms/MiB for
 xxh3_128 (22 GB/s): ~60 against ~5 µs for a 110 KB image (docs/benchmarks.md). It guards against
