@@ -109,6 +109,8 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
                 yield from _records(source, shown, start, stop, shard, exclude, skip)
                 return
             if bad_shards == "stop":
+                for _ in _records(source, shown, start, stop, shard, exclude, skip, read=False):
+                    pass  # a damaged tar header, with its offset, is the more precise message: raised here
                 raise ShardDigestError(why)
             yield from _as_bad(_records(source, shown, start, stop, shard, exclude, skip, read=False), why,
                                shown, shard, start, stop, skip)
