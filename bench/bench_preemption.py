@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fixtures f
 def agree(args) -> dict:
     import torch.distributed as dist
     from imagenet_shards.train.trainer.distributed import init_distributed
-    from imagenet_shards.train.trainer.lifecycle import Lifecycle
+    from imagenet_shards.train.trainer.state.lifecycle import Lifecycle
 
     torch.set_num_threads(1)
     info = init_distributed("cpu")
@@ -84,7 +84,7 @@ def agree(args) -> dict:
 
 
 def checkpoint(args) -> dict:
-    from imagenet_shards.train.trainer import checkpoint as ckpt
+    from imagenet_shards.train.trainer.state import checkpoint as ckpt
     from imagenet_shards.train.trainer.model import build_model, build_optimizer
 
     torch.manual_seed(0)

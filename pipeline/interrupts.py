@@ -31,6 +31,10 @@ import threading
 from typing import Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The one list of stop signals: every command's (above) and, for a training run, SIGUSR1 too (Slurm's
+# `--signal=USR1@120` warning before the time limit), which the trainer's lifecycle turns into a
+# checkpoint and a stop; other commands leave SIGUSR1 its default action.
+RUN_SIGNALS = SIGNALS + tuple(s for s in (getattr(signal, "SIGUSR1", None),) if s is not None)
 MESSAGE = "interrupted; rerun the same command to resume"
 
 
@@ -114,4 +118,4 @@ def run_cli(body: Callable[[], int], *, on_signal: Callable[[int], None] | None 
     return 128 + caught.signum
 
 
-__all__ = ["MESSAGE", "SIGNALS", "Caught", "Interrupted", "default_in_workers", "run_cli", "signals_raise"]
+__all__ = ["MESSAGE", "RUN_SIGNALS", "SIGNALS", "Caught", "Interrupted", "default_in_workers", "run_cli", "signals_raise"]

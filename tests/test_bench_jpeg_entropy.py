@@ -46,17 +46,21 @@ def test_every_mode_gives_libjpegs_coefficients_and_pixels(corpus):
     assert result["mcus_own"] >= result["mcus_lib"] > 0
 
 
-def test_damaged_cells_are_rejected_wherever_libjpeg_rejects_them(corpus, tmp_path):
-    """Bit flips in the entropy-coded data: built with AddressSanitizer and UBSan, no mode faults
-    (flip_probe raises), and the own decoder lets through no image libjpeg rejects (the patched
-    jdhuff.c can: its fast path turns a bad code into 0 without a warning, as upstream's does)."""
+@pytest.mark.parametrize("cut", [False, True], ids=["flipped", "cut-short"])
+def test_damaged_cells_are_rejected_wherever_libjpeg_rejects_them(corpus, tmp_path, cut):
+    """Bit flips in the entropy-coded data, or a cell cut short: built with AddressSanitizer and
+    UBSan, no mode faults (flip_probe raises) -- the loader's hook as built ("product") included --
+    and the own decoder lets through no image libjpeg rejects (the patched jdhuff.c can: its fast
+    path turns a bad code into 0 without a warning, as upstream's does); the product rejects
+    exactly libjpeg's (it hands whatever its decoder flags back to libjpeg)."""
     b, work, path = corpus
     probe_c = tmp_path / "probe.c"
     probe_c.write_text("int main(void) { return 0; }\n")
     if subprocess.run(["cc", "-fsanitize=address,undefined", "-o", str(tmp_path / "probe"), str(probe_c)],
                       capture_output=True).returncode != 0:
         pytest.skip("the C compiler cannot build with AddressSanitizer and UBSan here")
-    probe = b.flip_probe(work, path, flips=8, seed=0)
-    assert probe["lib"]["rejected"] > 0
+    probe = b.flip_probe(work, path, flips=8, seed=0, cut=cut)
     assert "not run" not in probe, probe
-    assert all(probe[m]["missed"] == [] for m in ("own1", "own2", "own4")), probe
+    assert probe["lib"]["rejected"] > 0
+    assert all(probe[m]["missed"] == [] for m in ("own1", "own2", "own4", "product")), probe
+    assert probe["product"]["extra"] == [], probe

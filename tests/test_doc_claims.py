@@ -191,7 +191,7 @@ def test_prose_defaults_are_the_parsers():
 def test_the_dev_shm_formula_in_training_md_is_the_codes():
     from imagenet_shards.train.loader import make_loader
     from imagenet_shards.train.loader.slots import ring_size
-    from imagenet_shards.train.trainer.host import BATCHES_PER_WORKER
+    from imagenet_shards.train.trainer.watch.host import BATCHES_PER_WORKER
 
     text = " ".join((REPO / "docs" / "training.md").read_text().split())
     m = re.search(r"`/dev/shm` must hold the batches in flight on the node: local ranks × workers × (\d+) \([^)]*"
@@ -344,6 +344,7 @@ def test_readme_shows_the_line_doctor_prints():
         line = re.sub(r"\((pillow-simd|plain Pillow)\)", "(PIL)", line)
         line = re.sub(r"libjpeg(-turbo)? [\d.]+( \(not turbo\))?", "libjpeg", line)
         line = re.sub(r"not built|built", "B", line)
+        line = re.sub(r"entropy decoder (own|libjpeg|none)", "entropy decoder E", line)
         line = re.sub(r"\b(yes|no)\b", "Y", line)
         return re.sub(r"-> .*", "-> R", re.sub(r"\d[\w.+]*", "V", line))
 
@@ -395,7 +396,7 @@ def test_code_the_docs_cite_by_name_exists():
 def test_training_md_default_formulas_are_the_codes():
     """The defaults table's formulas and worked examples, computed with the code that applies them."""
     from imagenet_shards.train.trainer.config import DEFAULT_WARMUP_EPOCHS, default_warmup
-    from imagenet_shards.train.trainer.host import default_workers
+    from imagenet_shards.train.trainer.watch.host import default_workers
     from imagenet_shards.train.trainer.schedule import default_ramp
 
     text = " ".join((REPO / "docs" / "training.md").read_text().split())

@@ -1,5 +1,6 @@
 """Issue 34's prototype: the region decode's entropy decoding, as today and with two ways out of
-libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code).
+libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code), and the way that was
+built into the loader (the ``product`` mode: region_start with the own decoder's hook as built).
 
     python bench/jpeg_entropy/bench_entropy.py WORK [--images 300] [--rounds 5] [--seed 0] [--no-callgrind]
                                                [--flips 8] [--json]
@@ -10,13 +11,14 @@ libjpeg-turbo's slow path, on our stored JPEGs (a benchmark, not product code).
    500, q90);
 2. **corpus** (WORK/corpus.bin): every train JPEG of the shards with the crop box the loader draws
    for it in epoch 0 (``batching.sample_rng`` -> ``decode.random_resized_crop_params``, 224 px);
-3. **build** (WORK/entropy_bench): ``cc -O2`` over this folder's C files, the vendored and patched
+3. **build** (WORK/entropy_bench): ``cc -O2`` over entropy_bench.c, the vendored and patched
    ``vendor/jdhuff_patched.c`` (libjpeg-turbo 2.1.5), and the loader's own region-decode C files
-   (found wherever they live in the tree, compiled unchanged) against the system libjpeg-turbo;
+   (found wherever they live in the tree, compiled unchanged), the own decoder among them
+   (``pipeline/native/jpegcrop_cells.c``, "cells.c" below), against the system libjpeg-turbo;
 4. **check**: on every image, the coefficients libjpeg writes in the region decode equal the
    patched decoder's and cells.c's (1, 2, 4 streams), cells.c's over the whole entry JPEG equal
-   ``jpeg_read_coefficients``', and the region's pixels are byte-identical in every mode; a
-   difference fails the run (exit 1) before anything is timed;
+   ``jpeg_read_coefficients``', and the region's pixels are byte-identical in every mode (the
+   built hook's too); a difference fails the run (exit 1) before anything is timed;
 5. **timing**: each mode over the whole corpus, modes taking turns, ``--rounds`` times; the median
    round, microseconds per image (this thread's CPU time: still noisy on a shared box, say so);
 6. **instructions**: one round of each mode under ``valgrind --tool=callgrind`` (collecting only
@@ -46,13 +48,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-MODES = ("lib", "patched", "own1", "own2", "own4")
+MODES = ("lib", "patched", "own1", "own2", "own4", "product")
 LABELS = {"lib": "(a) libjpeg-turbo 2.1.5 as today (decode_mcu_slow, every MCU)",
           "patched": "(b) patched jdhuff.c: fast path inside a cell",
           "own1": "(b) own table-driven decoder, 1 cell at a time",
           "own2": "(c) own decoder, 2 cells interleaved",
-          "own4": "(c) own decoder, 4 cells interleaved"}
-LOADER_SOURCES = ("jpegcrop_entry.c", "jpegcrop_region.c", "jpegcrop_resample.c")
+          "own4": "(c) own decoder, 4 cells interleaved",
+          "product": "built: the loader's hook (jpegcrop_entropy.c, 2 cells)"}
+# the loader's C files, compiled in unchanged; jpegcrop_cells.c is the own decoder the modes time
+LOADER_SOURCES = ("jpegcrop_entry.c", "jpegcrop_region.c", "jpegcrop_resample.c", "jpegcrop_entropy.c", "jpegcrop_cells.c")
 
 
 def _find_all(name: str) -> list[Path]:
@@ -84,9 +88,8 @@ def build(work: Path, *, name: str = "entropy_bench", flags: tuple[str, ...] = (
     obj = work / f"{name}.jdhuff_patched.o"
     subprocess.run(["cc", *flags, "-c", "-I", str(HERE / "vendor"), "-o", str(obj),
                     str(HERE / "vendor" / "jdhuff_patched.c")], check=True)
-    subprocess.run(["cc", *flags, "-std=gnu11", "-o", str(exe), str(HERE / "entropy_bench.c"), str(HERE / "cells.c"),
-                    *map(str, loader), "-I", str(HERE), "-I", str(HERE / "vendor"), *[f"-I{d}" for d in includes],
-                    str(obj), "-ljpeg", "-lm"], check=True)
+    subprocess.run(["cc", *flags, "-std=gnu11", "-o", str(exe), str(HERE / "entropy_bench.c"), *map(str, loader), "-I", str(HERE), "-I", str(HERE / "vendor"), *[f"-I{d}" for d in includes],
+                    str(obj), "-ljpeg", "-lm", "-lpthread"], check=True)
     return exe
 
 
@@ -121,10 +124,12 @@ def write_corpus(shards: Path, path: Path, *, seed: int) -> dict:
             "mean_crop_area": statistics.mean(area)}
 
 
-def flip_probe(work: Path, corpus: Path, *, flips: int, seed: int) -> dict:
-    """``flips`` random bit flips in the entropy-coded data of every image (seeded), each mode run
-    over them built with AddressSanitizer and UBSan: per mode the images it rejects, and against
-    libjpeg's (a) the ones it lets through that libjpeg rejects (``missed``) and the other way round."""
+def flip_probe(work: Path, corpus: Path, *, flips: int, seed: int, cut: bool = False) -> dict:
+    """``flips`` random bit flips in the entropy-coded data of every image (seeded; with ``cut``,
+    instead one cell of each image cut short: 1-24 bytes removed from inside it, its marker kept),
+    each mode run over them built with AddressSanitizer and UBSan: per mode the images it rejects,
+    and against libjpeg's (a) the ones it lets through that libjpeg rejects (``missed``) and the
+    other way round."""
     data = corpus.read_bytes()
     count, at, out, rng = struct.unpack("<I", data[4:8])[0], 8, [], random.Random(seed)
     for _ in range(count):
@@ -133,7 +138,13 @@ def flip_probe(work: Path, corpus: Path, *, flips: int, seed: int) -> dict:
         at += 36 + size
         sos = jpg.index(b"\xff\xda")
         start = sos + 2 + (jpg[sos + 2] << 8 | jpg[sos + 3])
-        for _ in range(flips):
+        if cut:  # a cell cut short: bytes removed before one of its markers' successors
+            markers = [i for i in range(start, len(jpg) - 1) if jpg[i] == 0xFF and 0xD0 <= jpg[i + 1] <= 0xD9]
+            a, b = rng.choice([(x + 2, y) for x, y in zip([start - 2] + markers, markers) if y - x > 4])
+            x = rng.randrange(a, b - 1)
+            del jpg[x:rng.randrange(x + 1, min(b, x + 24) + 1)]
+            head = struct.pack("<I", len(jpg)) + head[4:]
+        for _ in range(0 if cut else flips):
             jpg[rng.randrange(start, len(jpg) - 2)] ^= 1 << rng.randrange(8)
         out.append(head + bytes(jpg))
     damaged = work / "flipped.bin"

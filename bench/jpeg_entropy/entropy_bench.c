@@ -14,8 +14,11 @@
  * decoder's decode_mcu is swapped, by MODE:
  *   lib      none: libjpeg-turbo 2.1.5 as the loader runs it (decode_mcu_slow for every MCU)
  *   patched  vendor/jdhuff_patched.c's decode_mcu (the fast path allowed inside a cell)
- *   own1/2/4 cells.c decodes the MCU rows the region needs, 1, 2 or 4 cells interleaved, into a
- *            buffer first; decode_mcu then only copies each MCU's blocks out of it
+ *   own1/2/4 the loader's own decoder (pipeline/native/jpegcrop_cells.c, "cells.c" below) decodes
+ *            the MCU rows the region needs, 1, 2 or 4 cells interleaved, into a buffer first;
+ *            decode_mcu then only copies each MCU's blocks out of it
+ *   product  none here: region_start with ENTROPY_OWN, the loader's own hook as built
+ *            (jpegcrop_entropy.c: 2 cells, libjpeg for whatever it flags or does not take)
  * Per rep: region_us (per image: header, geometry, entry, entropy decode, IDCT, upsampling, colour
  * conversion: what the loader's profile calls region decode), own_us (the cells.c part of it, with
  * its table building and the split/unstuff pass), mcus (decode_mcu calls), own_mcus (MCUs cells.c
@@ -34,7 +37,8 @@
 #define BENCH_CLOCK CLOCK_THREAD_CPUTIME_ID /* CPU time of this thread: the box is shared */
 #endif
 
-#include "cells.h"
+#include "jpegcrop_cells.h"
+#include "jpegcrop_entropy.h"
 #include "jpegcrop_entry.h"
 #include "jpegcrop_region.h"
 #include "jpegcrop_resample.h"
@@ -134,7 +138,7 @@ static boolean capturing_decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 }
 
 /* ---- one image through the loader's region decode ---- */
-enum mode { LIB, PATCHED, OWN1, OWN2, OWN4, CAPTURE_LIB, CAPTURE_PATCHED, OWN_CAPTURE };
+enum mode { LIB, PATCHED, OWN1, OWN2, OWN4, PRODUCT, CAPTURE_LIB, CAPTURE_PATCHED, OWN_CAPTURE };
 
 static int auto_scale(double w, double h, int out_w, int out_h) {  /* jpegcrop_region.c's */
     double k = fmin(w / out_w, h / out_h);
@@ -146,15 +150,6 @@ static struct cell_work work;
 static size_t coef_size;
 static double own_us_total;
 static long own_mcus_total;
-
-/* The MCU rows libjpeg's region_read asks decode_mcu for: those up to the region's last row, plus
- * one for the fancy upsampling's context (checked: mcu_short stays 0). */
-static int region_mcu_rows(const struct region *r) {
-    j_decompress_ptr c = (j_decompress_ptr)&r->cinfo;
-    int imcu = c->max_v_samp_factor * c->min_DCT_scaled_size;
-    int rows = (r->y_stream + r->rows + imcu - 1) / imcu + 1;
-    return rows < (int)c->MCU_rows_in_scan ? rows : (int)c->MCU_rows_in_scan;
-}
 
 /* own modes: cells.c decodes the region's MCU rows; the time goes into own_us_total */
 static __attribute__((noinline)) int own_predecode(struct region *r, int streams, int all_rows) {
@@ -180,7 +175,7 @@ static __attribute__((noinline)) int own_predecode(struct region *r, int streams
 
 /* crop_to_planes' geometry (jpegcrop_region.c): the crop box to the region the resampler reads and
  * the cells that must come out exact, then region_start. */
-static int start_region(const struct record *rec, struct region *r) {
+static int start_region(const struct record *rec, struct region *r, int entropy) {
     int W, H, comps;
     if (!jpeg_frame_size(rec->data, rec->size, &W, &H, &comps) || comps != 3) {
         memset(r, 0, sizeof(*r));
@@ -196,15 +191,17 @@ static int start_region(const struct record *rec, struct region *r) {
     axis_plan(&v, rec->top * f, (rec->top + rec->height) * f, Hs, OUT_SIZE, axes_mem + hb);
     int x0 = axis_low(&h), x1 = axis_high(&h), y0 = axis_low(&v), y1 = axis_high(&v);
     int cells[4] = {x0 * 8 / num, y0 * 8 / num, (x1 * 8 + num - 1) / num, (y1 * 8 + num - 1) / num};
-    return region_start(r, rec->data, rec->size, num, cells, x0 - 8, y0, x1 + 8, y1, 0);
+    return region_start(r, rec->data, rec->size, num, cells, x0 - 8, y0, x1 + 8, y1, 0, entropy);
 }
 
 /* The image through region_start / region_read with MODE's decode_mcu; REGION_* status, -1 when
  * cells.c flagged the data. `stride`, `rows` (or NULL) get the pixels' layout in `pixels`. */
 static int decode_image(const struct record *rec, enum mode mode, size_t *stride_out, int *rows_out) {
     struct region r;
-    int status = start_region(rec, &r);
-    if (status == REGION_OK) {
+    int status = start_region(rec, &r, mode == PRODUCT ? ENTROPY_OWN : ENTROPY_LIBJPEG);
+    if (status == REGION_OK && mode == PRODUCT) {
+        mcu_calls = mcu_short = 0;
+    } else if (status == REGION_OK) {
         mcu_calls = 0;
         mcu_short = 0;
         lib_decode_mcu = r.cinfo.entropy->decode_mcu;
@@ -230,6 +227,11 @@ static int decode_image(const struct record *rec, enum mode mode, size_t *stride
     size_t stride = (size_t)r.width * 4;
     if (status == REGION_OK)
         status = region_read(&r, pixels, stride);
+    if (status == REGION_RETRY) {  /* the product's own path ran short: libjpeg's, as crop_to_planes does */
+        region_end(&r);
+        if ((status = start_region(rec, &r, ENTROPY_LIBJPEG)) == REGION_OK)
+            status = region_read(&r, pixels, stride = (size_t)r.width * 4);
+    }
     if (stride_out != NULL) {
         *stride_out = stride;
         *rows_out = r.rows;
@@ -345,10 +347,14 @@ static int check(void) {
             if (differ && bad[2 + k] <= 3)
                 fprintf(stderr, "record %d: cells.c (%d streams) differs from libjpeg\n", i, 1 << k);
         }
+        /* the product's hook (region_start with ENTROPY_OWN): the pixels */
+        st = decode_image(rec, PRODUCT, &stride2, &rows2);
+        if (st != REGION_OK || stride2 != stride || rows2 != rows || memcmp(pixels, ref, stride * rows) != 0)
+            pix_bad[5]++;
         /* cells.c over the whole entry JPEG (the same one) against jpeg_read_coefficients */
         {
             struct region r;
-            if (start_region(rec, &r) == REGION_OK &&
+            if (start_region(rec, &r, ENTROPY_LIBJPEG) == REGION_OK &&
                 r.entry != NULL) {
                 entries++;
                 for (int k = 0; k < 3; k++)
@@ -359,21 +365,24 @@ static int check(void) {
     }
     printf("{\"images\": %ld, \"lib_failed\": %ld, \"patched_differs\": %ld, \"own1_differs\": %ld, "
            "\"own2_differs\": %ld, \"own4_differs\": %ld, \"pixels_differ\": [%ld, %ld, %ld, %ld], "
-           "\"entries\": %ld, \"full_entry_differs\": [%ld, %ld, %ld], \"mcus_lib\": %ld, \"mcus_own\": %ld}\n",
+           "\"entries\": %ld, \"full_entry_differs\": [%ld, %ld, %ld], \"mcus_lib\": %ld, \"mcus_own\": %ld, "
+           "\"product_pixels_differ\": %ld}\n",
            images, bad[0], bad[1], bad[2], bad[3], bad[4], pix_bad[1], pix_bad[2], pix_bad[3], pix_bad[4], entries,
-           full_bad[0], full_bad[1], full_bad[2], mcus_lib, mcus_own);
+           full_bad[0], full_bad[1], full_bad[2], mcus_lib, mcus_own, pix_bad[5]);
     return bad[0] || bad[1] || bad[2] || bad[3] || bad[4] || pix_bad[1] || pix_bad[2] || pix_bad[3] || pix_bad[4] ||
+                   pix_bad[5] ||
                    full_bad[0] || full_bad[1] || full_bad[2]
                ? 1
                : 0;
 }
 
-static const char *names[] = {"lib", "patched", "own1", "own2", "own4"};
+static const char *names[] = {"lib", "patched", "own1", "own2", "own4", "product"};
+#define N_MODES 6
 
 /* ---- flags: which records each mode rejects (a status other than REGION_OK) ---- */
 static int flags(void) {
     printf("{");
-    for (int m = 0; m < 5; m++) {
+    for (int m = 0; m < N_MODES; m++) {
         printf("%s\"%s\": [", m ? ", " : "", names[m]);
         int first = 1;
         for (int i = 0; i < n_records; i++) {
@@ -391,7 +400,8 @@ static int flags(void) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: entropy_bench CORPUS lib|patched|own1|own2|own4 REPS | entropy_bench CORPUS check|flags\n");
+        fprintf(stderr, "usage: entropy_bench CORPUS lib|patched|own1|own2|own4|product REPS | "
+                        "entropy_bench CORPUS check|flags\n");
         return 2;
     }
     if (!load_corpus(argv[1])) {
@@ -405,12 +415,13 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "flags") == 0)
         return flags();
     int mode = -1;
-    for (int m = 0; m < 5; m++)
+    for (int m = 0; m < N_MODES; m++)
         if (strcmp(argv[2], names[m]) == 0)
             mode = m;
     int reps = argc > 3 ? atoi(argv[3]) : 1;
     if (mode < 0 || reps < 1) {
-        fprintf(stderr, "error: unknown mode %s or reps (lib, patched, own1, own2, own4; REPS >= 1)\n", argv[2]);
+        fprintf(stderr, "error: unknown mode %s or reps (lib, patched, own1, own2, own4, product; REPS >= 1)\n",
+                argv[2]);
         return 2;
     }
     for (int rep = 0; rep < reps; rep++) {

@@ -10,6 +10,8 @@
  *   - decode_region: the region as RGBX bytes (the older path: Pillow resamples it; tests and
  *     bench/profile_loader.py compare the two).
  *   - header: image size and components from the JPEG header.
+ *   - entropy_path / entropy_counts: which entropy decoder the calls use by default (libjpeg's, or
+ *     the own one for our restart-marker files: jpegcrop_entropy.c) and how often each ran.
  *   - to_planes / arrow_to_planes: a resized HWC(X) image (numpy, or Pillow's memory through its
  *     Arrow export) into its CHW slot, flipped when asked (the Pillow path).
  * libjpeg-turbo 2.1's M/8 IDCTs other than 1/2, 1/4, 1/8 are plain C: measured slower than a
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jpegcrop_entropy.h"
 #include "jpegcrop_entry.h"
 #include "jpegcrop_region.h"
 #include "jpegcrop_resample.h"
@@ -35,6 +38,20 @@
 #if !defined(JCS_EXTENSIONS) || !defined(LIBJPEG_TURBO_VERSION)
 #error "pipeline/native/_jpegcrop.c needs libjpeg-turbo (>= 2.0) headers, not IJG libjpeg"
 #endif
+
+/* The `entropy` keyword: None -> the process's choice, "own", "libjpeg"; -1 (ValueError set) else. */
+static int entropy_choice(PyObject *value) {
+    if (value == NULL || value == Py_None)
+        return ENTROPY_DEFAULT;
+    const char *name = PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, NULL) : NULL;
+    if (name != NULL && strcmp(name, "own") == 0)
+        return ENTROPY_OWN;
+    if (name != NULL && strcmp(name, "libjpeg") == 0)
+        return ENTROPY_LIBJPEG;
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ValueError, "entropy must be None, \"own\" or \"libjpeg\"");
+    return -1;
+}
 
 static PyObject *status_result(int status, const char *message) {
     static const char *kinds[] = {NULL, "declined", "error", "corrupt", "out of memory"};
@@ -70,39 +87,51 @@ PyDoc_STRVAR(decode_region_doc,
 "decode where fancy upsampling lacks its neighbours, so ask for a margin.\n"
 "fast=True: fast integer IDCT and plain chroma upsampling (full-size decodes only).\n"
 "restarts=False: never enter at restart markers (tests compare both ways).\n"
+"entropy: None (the process's choice, entropy_path()), \"own\" or \"libjpeg\" (tests compare them).\n"
 "None: declined (not a 3-component YCbCr/RGB JPEG, or any libjpeg error or warning).");
 
 static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"data", "denom", "left", "top", "right", "bottom", "fast", "restarts", NULL};
+    static char *kwlist[] = {"data", "denom", "left", "top", "right", "bottom", "fast", "restarts", "entropy", NULL};
     Py_buffer buf;
     int denom, left, top, right, bottom, fast = 0, restarts = 1, status;
     struct region r;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *entropy_arg = Py_None;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiii|pp:decode_region", kwlist, &buf, &denom,
-                                     &left, &top, &right, &bottom, &fast, &restarts))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*iiiii|ppO:decode_region", kwlist, &buf, &denom,
+                                     &left, &top, &right, &bottom, &fast, &restarts, &entropy_arg))
         return NULL;
+    int entropy = entropy_choice(entropy_arg);
+    if (entropy < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_ValueError, "denom must be 1, 2, 4 or 8");
         return NULL;
     }
     int cells[4] = {left * denom, top * denom, right * denom, bottom * denom};
-    Py_BEGIN_ALLOW_THREADS
-    status = region_start(&r, buf.buf, (size_t)buf.len, 8 / denom, restarts ? cells : NULL, left, top, right,
-                          bottom, fast);
-    Py_END_ALLOW_THREADS
-    if (status == REGION_OK) {
-        /* a fresh bytes object may be filled before it is shared */
-        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.width * 4 * r.rows);
-        if (out == NULL)
-            status = REGION_NO_MEMORY;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        status = region_start(&r, buf.buf, (size_t)buf.len, 8 / denom, restarts ? cells : NULL, left, top, right,
+                              bottom, fast, entropy);
+        Py_END_ALLOW_THREADS
+        if (status == REGION_OK && out == NULL) {
+            /* a fresh bytes object may be filled before it is shared */
+            out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.width * 4 * r.rows);
+            if (out == NULL)
+                status = REGION_NO_MEMORY;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        if (status == REGION_OK)
+            status = region_read(&r, (unsigned char *)PyBytes_AS_STRING(out), (size_t)r.width * 4);
+        region_end(&r);
+        Py_END_ALLOW_THREADS
+        if (status != REGION_RETRY)
+            break;
+        entropy_count_retry();  /* the own entropy decoder ran short: libjpeg's path from the start */
+        entropy = ENTROPY_LIBJPEG;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (status == REGION_OK)
-        status = region_read(&r, (unsigned char *)PyBytes_AS_STRING(out), (size_t)r.width * 4);
-    region_end(&r);
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     if (status == REGION_NO_MEMORY)
         return NULL;  /* MemoryError is set */
@@ -114,7 +143,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(crop_into_doc,
-"crop_into(data, out, top, left, height, width, flip=False, *, restarts=True, scale=0, times=None)\n"
+"crop_into(data, out, top, left, height, width, flip=False, *, restarts=True, scale=0, times=None,\n"
+"          entropy=None)\n"
 "    -> None or (kind, message)\n\n"
 "The crop box (top, left, height, width: pixels of the original, floats) of the JPEG `data`,\n"
 "resampled bilinearly (Pillow's antialiased filter; jpegcrop_resample.h) to the size of `out` -- a\n"
@@ -122,6 +152,7 @@ PyDoc_STRVAR(crop_into_doc,
 "mirrored left-right when `flip`. Decodes only what the filter reads, at DCT scale 1/2, 1/4 or 1/8\n"
 "when the crop stays at least the output size after it (scale=N: N/8, N in 1..16).\n"
 "restarts=False: never enter at restart markers (tests compare both ways).\n"
+"entropy: None (the process's choice, entropy_path()), \"own\" or \"libjpeg\" (tests compare them).\n"
 "times: a writable buffer of 2 float64 to which the CPU seconds of the decode (header, geometry,\n"
 "region) and of the resample are added (bench/profile_loader.py).\n"
 "None: done. Else nothing usable was written and kind says why: \"declined\" (not a JPEG this\n"
@@ -130,16 +161,21 @@ PyDoc_STRVAR(crop_into_doc,
 
 static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "out", "top", "left", "height", "width", "flip", "restarts", "scale", "times",
-                             NULL};
+                             "entropy", NULL};
     Py_buffer buf, out, clock = {0};
-    PyObject *target, *times = Py_None;
+    PyObject *target, *times = Py_None, *entropy_arg = Py_None;
     double top, left, height, width;
     int flip = 0, restarts = 1, num = 0, status = REGION_OK;
     char message[JMSG_LENGTH_MAX] = "";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*Odddd|p$piO:crop_into", kwlist, &buf, &target, &top, &left,
-                                     &height, &width, &flip, &restarts, &num, &times))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*Odddd|p$piOO:crop_into", kwlist, &buf, &target, &top, &left,
+                                     &height, &width, &flip, &restarts, &num, &times, &entropy_arg))
         return NULL;
+    int entropy = entropy_choice(entropy_arg);
+    if (entropy < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
     if (times != Py_None && PyObject_GetBuffer(times, &clock, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&buf);
         return NULL;
@@ -163,7 +199,7 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (bad == NULL) {
         Py_BEGIN_ALLOW_THREADS
         status = crop_to_planes(buf.buf, (size_t)buf.len, top, left, height, width, out.buf, (int)out.shape[1],
-                      (int)out.shape[2], flip, restarts, num, message, clock.obj != NULL ? (double *)clock.buf : NULL);
+                      (int)out.shape[2], flip, restarts, num, entropy, message, clock.obj != NULL ? (double *)clock.buf : NULL);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&out);
@@ -283,7 +319,43 @@ static PyObject *arrow_to_planes(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+PyDoc_STRVAR(entropy_path_doc,
+"entropy_path() -> (path, reason, own_usable)\n\n"
+"The entropy decoder crop_into and decode_region use when not told: \"own\" (jpegcrop_cells.c, for\n"
+"the restart-marker files it takes; libjpeg's for the rest) or \"libjpeg\", and why, one line\n"
+"(IMAGENET_SHARDS_ENTROPY=libjpeg turns it off; read once; the hook's self-test). A reason that\n"
+"starts with \"error:\" names a bad IMAGENET_SHARDS_ENTROPY. own_usable: whether entropy=\"own\"\n"
+"takes the own path (the hook passed its self-test), whatever the default.");
+
+static PyObject *entropy_path(PyObject *self, PyObject *args) {
+    const char *reason, *path;
+    int usable;
+    (void)self;
+    (void)args;
+    Py_BEGIN_ALLOW_THREADS
+    path = entropy_default_path(&reason, &usable);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(ssN)", path, reason, PyBool_FromLong(usable));
+}
+
+PyDoc_STRVAR(entropy_counts_doc,
+"entropy_counts() -> dict\n\n"
+"Region decodes since the process started: own (the own entropy decoder did it), not_taken (it\n"
+"was asked but the file is not one it takes), flagged (it found the data damaged: libjpeg decoded\n"
+"it), retried (libjpeg asked for more MCUs than it had decoded: decoded again with libjpeg).");
+
+static PyObject *entropy_counts(PyObject *self, PyObject *args) {
+    struct entropy_counts c;
+    (void)self;
+    (void)args;
+    entropy_get_counts(&c);
+    return Py_BuildValue("{sl,sl,sl,sl}", "own", c.own, "not_taken", c.not_taken, "flagged", c.flagged,
+                         "retried", c.retried);
+}
+
 static PyMethodDef methods[] = {
+    {"entropy_path", entropy_path, METH_NOARGS, entropy_path_doc},
+    {"entropy_counts", entropy_counts, METH_NOARGS, entropy_counts_doc},
     {"arrow_to_planes", arrow_to_planes, METH_VARARGS, arrow_to_planes_doc},
     {"to_planes", to_planes, METH_VARARGS, to_planes_doc},
     {"header", header, METH_VARARGS, header_doc},

@@ -30,11 +30,13 @@
 
 /* What libjpeg's stop means here: a warning about the data is a corrupt sample, anything else an error. */
 static int stopped(const struct region *r) {
+    if (r->own.retry)
+        return REGION_RETRY;
     return r->err.warning ? REGION_CORRUPT : REGION_ERROR;
 }
 
 int region_start(struct region *r, const unsigned char *data, size_t size, int num, const int *cells,
-                 int left, int top, int right, int bottom, int fast) {
+                 int left, int top, int right, int bottom, int fast, int entropy) {
     memset(r, 0, sizeof(*r));  /* so region_end is safe whatever failed */
     r->cinfo.err = jpeg_stop_init(&r->err);
     if (size < 4 || data[0] != 0xFF || data[1] != 0xD8)
@@ -82,6 +84,7 @@ int region_start(struct region *r, const unsigned char *data, size_t size, int n
     r->y_stream = top;
     r->y = top + r->y_skip;
     r->rows = bottom - top;
+    entropy_begin(r, entropy);
     return REGION_OK;
 }
 
@@ -141,8 +144,8 @@ static double thread_cpu_seconds(void) {
 }
 
 int crop_to_planes(const unsigned char *data, size_t size, double top, double left, double height, double width,
-                unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, char *message,
-                double *times) {
+                unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, int entropy,
+                char *message, double *times) {
     double t0 = times != NULL ? thread_cpu_seconds() : 0.0;
     int W, H, comps;
     if (!jpeg_frame_size(data, size, &W, &H, &comps) || comps != 3)
@@ -165,15 +168,26 @@ int crop_to_planes(const unsigned char *data, size_t size, double top, double le
     /* exact at full size: the scaled pixels' footprint, rounded outwards */
     int cells[4] = {x0 * 8 / num, y0 * 8 / num, (x1 * 8 + num - 1) / num, (y1 * 8 + num - 1) / num};
     struct region r;
-    int status = region_start(&r, data, size, num, restarts ? cells : NULL, x0 - 8, y0, x1 + 8, y1, 0);
-    if (status == REGION_OK && (r.x > x0 || r.x + r.width < x1 || r.y > y0 || r.y + r.rows < y1))
-        status = REGION_DECLINED;  /* the header's size is not the frame's: not ours to guess */
-    size_t stride = (size_t)r.width * 4, pixels = stride * r.rows + 4 * (size_t)ht + 64;
-    unsigned char *buf = status == REGION_OK ? arena_get(&pixel_memory, pixels + resample_scratch(&h, &v)) : NULL;
-    if (status == REGION_OK && buf == NULL)
-        status = REGION_NO_MEMORY;
-    if (status == REGION_OK)
-        status = region_read(&r, buf, stride);
+    int status;
+    size_t stride, pixels;
+    unsigned char *buf;
+    for (;;) {
+        status = region_start(&r, data, size, num, restarts ? cells : NULL, x0 - 8, y0, x1 + 8, y1, 0, entropy);
+        if (status == REGION_OK && (r.x > x0 || r.x + r.width < x1 || r.y > y0 || r.y + r.rows < y1))
+            status = REGION_DECLINED;  /* the header's size is not the frame's: not ours to guess */
+        stride = (size_t)r.width * 4;
+        pixels = stride * r.rows + 4 * (size_t)ht + 64;
+        buf = status == REGION_OK ? arena_get(&pixel_memory, pixels + resample_scratch(&h, &v)) : NULL;
+        if (status == REGION_OK && buf == NULL)
+            status = REGION_NO_MEMORY;
+        if (status == REGION_OK)
+            status = region_read(&r, buf, stride);
+        if (status != REGION_RETRY)
+            break;
+        region_end(&r);  /* the own entropy decoder ran short: libjpeg's path from the start */
+        entropy_count_retry();
+        entropy = ENTROPY_LIBJPEG;
+    }
     double t1 = times != NULL ? thread_cpu_seconds() : 0.0;
     if (status == REGION_OK)
         resample_planes(buf, stride, r.x, r.y, &h, &v, buf + pixels, dst, flip);

@@ -1,7 +1,9 @@
 """Report which imaging backend is active, so users can see they got the fast path.
 
 `python -m imagenet_shards.pipeline.tools.doctor` (or `imagenet-shards-doctor`) prints PIL's version, whether it is
-pillow-simd, the libjpeg(-turbo) version, AVX2 support, and the torch/torchvision versions.
+pillow-simd, the libjpeg(-turbo) version, which entropy decoder the turbo crop decoder uses (its own for
+the restart-marker files, or libjpeg's: IMAGENET_SHARDS_ENTROPY, docs/loader.md), AVX2 support, and the
+torch/torchvision versions. Exit 2 when IMAGENET_SHARDS_ENTROPY holds a value it does not know.
 """
 
 from __future__ import annotations
@@ -47,9 +49,18 @@ def backend_info() -> dict:
         # it pass-through JPEGs are stored byte for byte, without markers
         "restart_marker_rewrite": importlib.util.find_spec("imagenet_shards.pipeline.prepare._jpegtran") is not None,
     }
+    # the turbo crop decoder's entropy decoding: "own" (pipeline/native/jpegcrop_cells.c) or "libjpeg", and why
+    info["entropy_decoder"], info["entropy_decoder_reason"] = _entropy_path() if info["turbo_crop_decoder"] else (None, None)
     for mod in ("torch", "torchvision", "webdataset"):
         info[mod] = _dist_version(mod)
     return info
+
+
+def _entropy_path() -> tuple[str, str]:
+    from imagenet_shards.train.loader import _jpegcrop
+
+    path, reason, _ = _jpegcrop.entropy_path()
+    return path, reason
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     info = backend_info()
+    reason = info["entropy_decoder_reason"] or ""
+    if reason.startswith("error:"):
+        print(reason, file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(info, sort_keys=True))
         return 0
@@ -70,6 +85,7 @@ def main(argv=None) -> int:
             else f"libjpeg {info['libjpeg_version']} (not turbo)")
     line = (f"PIL {info['pil_version']} ({'pillow-simd' if info['pillow_simd'] else 'plain Pillow'}), {jpeg}, "
             f"turbo crop decoder {'built' if info['turbo_crop_decoder'] else 'not built'}, "
+            f"entropy decoder {info['entropy_decoder'] or 'none'}, "
             f"restart-marker rewrite {'built' if info['restart_marker_rewrite'] else 'not built'}, "
             f"AVX2 {'yes' if info['cpu_avx2'] else 'no'}, torch {info['torch']}, torchvision {info['torchvision']}"
             f" -> {'fast path' if fast else 'SLOW PATH: run scripts/bootstrap.sh to get pillow-simd'}")

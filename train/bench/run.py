@@ -27,7 +27,7 @@ from imagenet_shards.train.bench.peers import PEERS_ENV
 from imagenet_shards.train.bench.report import machine_info, text_lines
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.report.verdict import from_rates
-from imagenet_shards.train.trainer.host import usable_cores
+from imagenet_shards.train.trainer.watch.host import usable_cores
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.digest import shard_check
+from imagenet_shards.pipeline.interrupts import RUN_SIGNALS
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader import fingerprint, position
@@ -180,9 +181,8 @@ def quiet_worker(worker_id: int) -> None:
     DataLoader's own watchdog), on `ShardLoader.close()`, and at interpreter exit: every live
     iterator's workers are shut down first by our atexit hook, since multiprocessing's own exit hook
     would SIGTERM them, which they ignore, and wait for ever (even for an iteration left unfinished)."""
-    for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    for signum in RUN_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 _LIVE_ITERATORS: weakref.WeakSet = weakref.WeakSet()  # every ShardLoader's worker iterators, process-wide

@@ -381,5 +381,5 @@ def decode_label(data: bytes) -> int:
 
 # ----------------------------------------------------------------------------- optional augmentations
 
-# The augmentations live in ``augment`` (the one table of names); re-exported here for the loader.
-from imagenet_shards.train.loader.augment import AUG_NAMES, apply_aug, make_aug  # noqa: E402,F401
+# The augmentations live in ``augment.policies`` (the one table of names); re-exported here for the loader.
+from imagenet_shards.train.augment.policies import AUG_NAMES, apply_aug, make_aug  # noqa: E402,F401

@@ -41,8 +41,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.cache import ShardCache
-from imagenet_shards.train.loader.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
+from imagenet_shards.train.augment.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
 from imagenet_shards.train.loader.gpu_streams import CropTimer, StreamOps
+from imagenet_shards.train.loader.position import seed_of
 from imagenet_shards.train.loader.plan import epoch_plan
 from imagenet_shards.train.loader.reading import open_url, read_pieces
 from imagenet_shards.train.loader.batching import shuffle_buffer
@@ -51,10 +52,6 @@ log = logging.getLogger(__name__)
 
 QUEUE_BATCHES = 2      # decoded batches waiting for the training loop
 BASELINE, PROGRESSIVE, OTHER = 0, 1, 2  # JPEG coding: nvJPEG's hardware engine takes baseline only
-
-
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([p & 0xFFFFFFFF for p in parts]).generate_state(1, np.uint64)[0])
 
 
 def jpeg_coding(data: bytes) -> int:
@@ -108,7 +105,7 @@ class RawBatches(IterableDataset):
         plan = self.plan(epoch)[worker]
         records = read_pieces(self.shards, plan.pieces, opener=self.opener)
         if self.train:
-            rng = random.Random(_seed(self.seed, epoch, self.rank, worker, 1))
+            rng = random.Random(seed_of(self.seed, epoch, self.rank, worker, 1))
             records = shuffle_buffer(records, self.shuffle_buffer, rng)
         records = iter(records)
         for n in plan.batch_sizes:
@@ -251,7 +248,7 @@ class GpuDecodeLoader:
     def _produce(self, epoch: int, size: int, stats: dict) -> Iterator[tuple]:
         """(images, labels, event) per batch; runs in the decode thread."""
         train = self.dataset.train
-        rng = np.random.default_rng(_seed(self.dataset.seed, epoch, self.dataset.rank, 2))
+        rng = np.random.default_rng(seed_of(self.dataset.seed, epoch, self.dataset.rank, 2))
         timer = self.ops.timer()
         prev = None
         with self.ops.context():

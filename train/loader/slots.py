@@ -27,7 +27,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 def ring_size(prefetch_factor: int) -> int:
     """Slots in a worker's ring for a DataLoader built with ``prefetch_factor``: the batches in
     flight, the one being filled, the one the consumer holds and one whose release is still on its
-    way (trainer/host.py counts the same for /dev/shm)."""
+    way (trainer/watch/host.py counts the same for /dev/shm)."""
     return prefetch_factor + 3
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.train.report.records import current_records, fingerprints
+from imagenet_shards.train.report.records import GROWTH_LIMIT, current_records, fingerprints
 from imagenet_shards.train.report.verdict import Verdict, from_metrics
 
 METRICS_FILE = "metrics.jsonl"
@@ -129,8 +129,6 @@ def draw_report(records: list[dict], out_png: str, *, title: str = "") -> Verdic
 
 def _memory_limits(a, records: list[dict]) -> None:
     """The memory panel's dotted lines: 10 % over the second epoch, where the trainer warns."""
-    from imagenet_shards.train.trainer.memory import GROWTH_LIMIT
-
     epochs = [r for r in records if r.get("kind") == "epoch"]
     if len(epochs) < 2:
         return

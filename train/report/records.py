@@ -1,9 +1,13 @@
 """Which records of a metrics.jsonl are current: a run resumed after a kill repeats the steps its
 predecessor logged past the checkpoint, and those earlier records are marked `"superseded": true`
-(trainer/telemetry.py `supersede`). Readers (report-run, the trainer's own summaries) draw each
+(trainer/watch/telemetry.py `supersede`). Readers (report-run, the trainer's own summaries) draw each
 step once from `current_records`. No torch here: report-run reads copies of runs anywhere."""
 
 from __future__ import annotations
+
+# How much an epoch's memory may exceed the run's second epoch before the trainer's memory watch
+# warns (trainer/watch/memory.py), and where the report's memory panel draws its dotted lines.
+GROWTH_LIMIT = 0.10
 
 
 def current_records(records: list[dict]) -> list[dict]:

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(describe(config, world_size=world), indent=1))
         return 0
     from imagenet_shards.train.trainer.distributed import shutdown_distributed
-    from imagenet_shards.train.trainer.lifecycle import RunSignals, Stopped
+    from imagenet_shards.train.trainer.state.lifecycle import RunSignals, Stopped
     from imagenet_shards.train.trainer.run import train
     from tqdm.contrib.logging import logging_redirect_tqdm
 

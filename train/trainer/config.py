@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.train.loader import augment
-from imagenet_shards.train.trainer import host
+from imagenet_shards.train.augment import policies as augment
+from imagenet_shards.train.trainer.watch import host
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.schedule import SCHEDULES
 
@@ -303,7 +303,7 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
     if config.eval_real and config.synthetic_data:
         raise TrainError("--eval-real needs --data (a val split with the original val keys), not --synthetic-data")
     if config.checkpoint_every:
-        from imagenet_shards.train.trainer.lifecycle import parse_every
+        from imagenet_shards.train.trainer.state.lifecycle import parse_every
         try:
             parse_every(config.checkpoint_every)
         except ValueError as e:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from imagenet_shards.train.trainer.distributed import DistInfo, all_reduce_sum
 from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
 from imagenet_shards.train.trainer.model import ModelEma, ema_due
-from imagenet_shards.train.trainer.telemetry import MetricsLog, gpu_memory_gib, process_cpu_seconds
+from imagenet_shards.train.trainer.watch.telemetry import MetricsLog, gpu_memory_gib, process_cpu_seconds
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": torch.float32}
 
@@ -112,63 +112,128 @@ class _Interval:
         self.sums, self.wait_s, self.start = list(sums), 0.0, time.perf_counter()
 
 
-def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimizer: torch.optim.Optimizer,
-                    scheduler, scaler, autocast, criterion, info: DistInfo, epoch: int, step: int,
-                    ema: ModelEma | None = None, ema_source: torch.nn.Module | None = None,
-                    metrics: MetricsLog | None = None, log_interval: int = 50, res: int | None = None,
-                    limit_batches: int | None = None, profiler=None, desc: str = "train",
-                    accumulate: int = 1, ema_every: int = 1, steps_per_epoch: int | None = None,
-                    epoch_step: int = 0, sums: list | None = None, lifecycle=None,
-                    checkpoint: Callable[[int, list], None] | None = None) -> EpochStats:
-    """Train over `batches` once (at most `limit_batches` optimizer steps of the epoch).
+@dataclass
+class StepRecord:
+    """How an optimizer step is taken, the same for every epoch of a run: what `train_one_epoch` uses.
 
-    Losses stay on the device between log intervals (no per-step host sync); every
-    `log_interval` steps of the epoch one "train_interval" record is written and the bar's
-    postfix updated. `step` is the global optimizer step before this call. With `accumulate` N
-    each optimizer step sums the gradients of N loader batches (each loss divided by N; DDP syncs
-    only on the last). The EMA updates after the optimizer steps `ema_due` picks (every
-    `ema_every`-th of the epoch). A resumed epoch passes `epoch_step` (its steps already done;
-    `batches` then yields the rest) and `sums` (the loss sums at that point). After each step
-    `lifecycle.after_step` may ask for a mid-epoch checkpoint, `checkpoint(epoch steps done,
-    sums)`, and to stop (`EpochStats.stopped`). The batch iterator is closed at the end, also when
+    With `accumulate` N each optimizer step sums the gradients of N loader batches (each loss
+    divided by N; DDP syncs only on the last). The EMA updates after the optimizer steps `ema_due`
+    picks (every `ema_every`-th of the epoch). Every `log_interval` steps of the epoch one
+    "train_interval" record goes to `metrics`. After each step `lifecycle.after_step` may ask for a
+    mid-epoch checkpoint and to stop. `limit_batches` caps the optimizer steps of an epoch."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    scaler: torch.amp.GradScaler | None
+    autocast: Callable[[], contextlib.AbstractContextManager]
+    criterion: Callable
+    info: DistInfo
+    ema: ModelEma | None = None
+    ema_source: torch.nn.Module | None = None
+    metrics: MetricsLog | None = None
+    log_interval: int = 50
+    accumulate: int = 1
+    ema_every: int = 1
+    steps_per_epoch: int | None = None
+    limit_batches: int | None = None
+    lifecycle: object = None
+
+
+class _Log:
+    """The epoch's log lines: a "train_interval" record and the bar's postfix per `log_interval`."""
+
+    def __init__(self, how: StepRecord, *, epoch: int, res: int | None, bar, sums: list):
+        self.how, self.epoch, self.res, self.bar = how, epoch, res, bar
+        self.interval = _Interval(sums)
+
+    def flush(self, running: _Sums, step: int) -> list:
+        """Read the sums (the host sync), log the interval since the last line; returns the sums."""
+        how, info = self.how, self.how.info
+        now_sums = running.read()
+        loss_sum, correct, seen = (a - b for a, b in zip(now_sums, self.interval.sums))
+        span = max(time.perf_counter() - self.interval.start, 1e-9)
+        lr = how.optimizer.param_groups[0]["lr"]
+        if seen:
+            record = dict(epoch=self.epoch, step=step, lr=lr, loss=loss_sum / seen, acc=correct / seen,
+                          img_per_s=seen * info.world_size / span, data_wait_fraction=self.interval.wait_s / span,
+                          gpu_mem_gib=gpu_memory_gib(info.device), res=self.res)
+            if how.metrics is not None:
+                how.metrics.log("train_interval", **record)
+            self.bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{record['img_per_s']:.0f}",
+                                 wait=f"{100 * record['data_wait_fraction']:.0f}%")
+        self.interval = _Interval(now_sums)
+        return now_sums
+
+
+def _forward_backward(how: StepRecord, batch, last_micro: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One loader batch's forward and backward (DDP's gradient sync only on an optimizer step's last
+    batch); returns (loss, logits)."""
+    no_sync = getattr(how.model, "no_sync", None)
+    with (no_sync() if no_sync is not None and not last_micro else contextlib.nullcontext()):
+        with how.autocast():
+            logits = how.model(batch.images)
+            loss = how.criterion(logits, batch.targets)
+        scaled = loss / how.accumulate if how.accumulate > 1 else loss
+        if how.scaler is not None:
+            how.scaler.scale(scaled).backward()
+        else:
+            scaled.backward()
+    return loss, logits
+
+
+def _optimizer_step(how: StepRecord, skipped: torch.Tensor | None, *, step: int, epoch: int,
+                    steps_per_epoch: int, profiler) -> None:
+    """The optimizer step after the gradients are in (fp16: counting a skipped step on the device),
+    then the schedule, the EMA when due and the profiler. `step`: global steps done before it."""
+    if how.scaler is not None:
+        how.scaler.step(how.optimizer)
+        found = _found_inf(how.scaler, how.optimizer)
+        if found is not None:
+            skipped += found
+        how.scaler.update()
+    else:
+        how.optimizer.step()
+    if how.scheduler is not None:
+        how.scheduler.step()
+    if how.ema is not None and ema_due(step, epoch=epoch, steps_per_epoch=steps_per_epoch, every=how.ema_every):
+        how.ema.update(how.ema_source, epoch)
+    if profiler is not None:
+        profiler.step()
+
+
+def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, step: int, res: int | None = None,
+                    desc: str = "train", epoch_step: int = 0, sums: list | None = None, profiler=None,
+                    checkpoint: Callable[[int, list], None] | None = None) -> EpochStats:
+    """Train over `batches` once, each step as `how` says (at most `how.limit_batches` optimizer
+    steps of the epoch).
+
+    Losses stay on the device between log intervals (no per-step host sync). `step` is the global
+    optimizer step before this call. A resumed epoch passes `epoch_step` (its steps already done;
+    `batches` then yields the rest) and `sums` (the loss sums at that point). When the lifecycle
+    asks for a mid-epoch checkpoint, `checkpoint(epoch steps done, sums)` writes it; when it says
+    stop, the epoch ends (`EpochStats.stopped`). The batch iterator is closed at the end, also when
     the epoch ends early (so the loader stops and counts what it saw).
+    (Over 80 lines: one loop whose host syncs, at the warm-up mark, step 1, a log line, a
+    checkpoint and the end, are the point; split further, their order would be hard to see.)
     """
-    model.train()
-    accumulate = max(1, accumulate)
+    info, device = how.info, how.info.device
+    how.model.train()
+    accumulate = max(1, how.accumulate)
     total = len(batches) // accumulate
-    if limit_batches is not None:
-        total = min(limit_batches - epoch_step, total)
-    steps_per_epoch = steps_per_epoch or epoch_step + total
-    device = info.device
+    if how.limit_batches is not None:
+        total = min(how.limit_batches - epoch_step, total)
+    steps_per_epoch = how.steps_per_epoch or epoch_step + total
     warmup = min(10, total // 4)  # steps left out of steady_img_per_s
     running = _Sums(device, sums or (0.0, 0, 0))
-    skipped = torch.zeros((), dtype=torch.float32, device=device) if scaler is not None else None
-    interval = _Interval(sums or (0.0, 0, 0))
+    skipped = torch.zeros((), dtype=torch.float32, device=device) if how.scaler is not None else None
     done, images, wait_s, first_step, stopped = 0, 0, 0.0, 0.0, False
     steady_start, steady_images = None, 0
     bar = tqdm(total=epoch_step + total, initial=epoch_step, desc=desc, disable=not info.is_main,
                dynamic_ncols=True, leave=False)
+    log = _Log(how, epoch=epoch, res=res, bar=bar, sums=sums or (0.0, 0, 0))
     cpu_start = process_cpu_seconds()
     start = time.perf_counter()
-
-    def flush() -> list:
-        nonlocal interval
-        now_sums = running.read()  # the host sync
-        loss_sum, correct, seen = (a - b for a, b in zip(now_sums, interval.sums))
-        now = time.perf_counter()
-        span = max(now - interval.start, 1e-9)
-        lr = optimizer.param_groups[0]["lr"]
-        if seen:
-            record = dict(epoch=epoch, step=step + done, lr=lr, loss=loss_sum / seen, acc=correct / seen,
-                          img_per_s=seen * info.world_size / span, data_wait_fraction=interval.wait_s / span,
-                          gpu_mem_gib=gpu_memory_gib(device), res=res)
-            if metrics is not None:
-                metrics.log("train_interval", **record)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{record['img_per_s']:.0f}",
-                            wait=f"{100 * record['data_wait_fraction']:.0f}%")
-        interval = _Interval(now_sums)
-        return now_sums
-
     it = iter(batches)
     micro = 0
     try:
@@ -177,50 +242,28 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                 _sync(device)
                 steady_start, steady_images = time.perf_counter(), images
             if micro == 0:
-                optimizer.zero_grad(set_to_none=True)
+                how.optimizer.zero_grad(set_to_none=True)
             micro += 1
-            last_micro = micro == accumulate
-            no_sync = getattr(model, "no_sync", None)
-            with (no_sync() if no_sync is not None and not last_micro else contextlib.nullcontext()):
-                with autocast():
-                    logits = model(batch.images)
-                    loss = criterion(logits, batch.targets)
-                scaled = loss / accumulate if accumulate > 1 else loss
-                if scaler is not None:
-                    scaler.scale(scaled).backward()
-                else:
-                    scaled.backward()
+            loss, logits = _forward_backward(how, batch, last_micro=micro == accumulate)
             running.add(loss, logits, batch.labels)
-            interval.wait_s += batch.wait_s
+            log.interval.wait_s += batch.wait_s
             wait_s += batch.wait_s
             images += batch.labels.shape[0] * info.world_size
-            if not last_micro:
+            if micro < accumulate:
                 continue
             micro = 0
-            if scaler is not None:
-                scaler.step(optimizer)
-                found = _found_inf(scaler, optimizer)
-                if found is not None:
-                    skipped += found
-                scaler.update()
-            else:
-                optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            if ema is not None and ema_due(step + done, epoch=epoch, steps_per_epoch=steps_per_epoch, every=ema_every):
-                ema.update(ema_source, epoch)
-            if profiler is not None:
-                profiler.step()
+            _optimizer_step(how, skipped, step=step + done, epoch=epoch, steps_per_epoch=steps_per_epoch,
+                            profiler=profiler)
             done += 1
             if done == 1:
                 _sync(device)
                 first_step = time.perf_counter() - start
             bar.update(1)
-            if (epoch_step + done) % log_interval == 0 or done == total:
-                flush()
+            if (epoch_step + done) % how.log_interval == 0 or done == total:
+                log.flush(running, step + done)
             if done >= total:
                 break
-            decision = lifecycle.after_step(step + done) if lifecycle is not None else None
+            decision = how.lifecycle.after_step(step + done) if how.lifecycle is not None else None
             if decision is not None:  # a mid-epoch checkpoint (never at the epoch's last step: its end saves)
                 if checkpoint is not None:
                     checkpoint(epoch_step + done, running.read())
@@ -232,8 +275,8 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
         if close is not None:
             close()
         bar.close()
-    if running.seen != interval.sums[2]:  # the loader ended before len() said it would
-        flush()
+    if running.seen != log.interval.sums[2]:  # the loader ended before len() said it would
+        log.flush(running, step + done)
     _sync(device)
     end = time.perf_counter()
     cpu_end = process_cpu_seconds()
@@ -249,7 +292,7 @@ def train_one_epoch(model: torch.nn.Module, batches: DevicePrefetcher, *, optimi
                       acc=correct / max(seen, 1), wait_s=wait_s, img_per_s=img_per_s,
                       steady_img_per_s=steady, first_step_seconds=first_step,
                       main_cpu_seconds=None if cpu_start is None or cpu_end is None else cpu_end - cpu_start,
-                      amp_scale=float(scaler.get_scale()) if scaler is not None else None,
+                      amp_scale=float(how.scaler.get_scale()) if how.scaler is not None else None,
                       amp_skipped_steps=int(skipped.item()) if skipped is not None else None,
                       stopped=stopped)
 

@@ -2,7 +2,7 @@
 Strikes Back (one sigmoid per class, "1-vs-all", arXiv 2110.00476 section 2).
 
 Targets come as int64 labels, or as soft targets [B, C] when MixUp/CutMix mixed the batch
-(prefetch.mix_batch: the mixed one-hot rows, unsmoothed). Both losses smooth the same way, as
+(augment.device.mix_batch: the mixed one-hot rows, unsmoothed). Both losses smooth the same way, as
 torch's CrossEntropyLoss and timm's `mixup_target` do: t * (1 - s) + s / C. The BCE loss then, like
 timm's `BinaryCrossEntropy(target_threshold=...)` (timm 0.5, timm/loss/binary_cross_entropy.py),
 sets every target above the threshold to 1 and the rest to 0 — with RSB's 0.2, both classes of a

@@ -2,8 +2,8 @@
 
 `DevicePrefetcher` copies batch i+1 to the GPU on a side CUDA stream while the model runs on
 batch i, then normalizes it there (mean/std, to the compute dtype), applies channels_last,
-MixUp/CutMix and random erasing. On CPU the same code runs with no streams. The time spent
-blocked on the loader's `next()` is reported with each batch: that is the data wait.
+MixUp/CutMix and random erasing (`augment.device`). On CPU the same code runs with no streams.
+The time spent blocked on the loader's `next()` is reported with each batch: that is the data wait.
 
 All device-side randomness comes from per-epoch generators seeded by (seed, epoch, rank), so an
 epoch's augmentations do not depend on what ran before it (exact resume at epoch boundaries);
@@ -14,41 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import time
-from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 import torch
 
+from imagenet_shards.train.augment.device import DeviceAugment, erase_boxes, mix_batch, random_erase
+
 # ImageNet channel statistics in uint8 units, so normalization is one fused sub/mul.
 MEAN_255 = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD_255 = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-# timm's random-erasing defaults: erased area fraction, aspect ratio range, attempts per sample.
-ERASE_AREA = (0.02, 1 / 3)
-ERASE_RATIO = (0.3, 1 / 0.3)
-ERASE_ATTEMPTS = 10
-
-
-@dataclass(frozen=True)
-class DeviceAugment:
-    """Batch-level augmentation done on the device. Alphas of 0 switch MixUp/CutMix off.
-
-    With both alphas > 0 each batch uses one of them, CutMix with probability `switch_prob`
-    (timm's habit). Pairs are (i, B-1-i): the loader already shuffled, so no permutation needed.
-    """
-
-    num_classes: int
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    switch_prob: float = 0.5
-    random_erase: float = 0.0
-    erase_fill: str = "noise"  # "noise": N(0,1) per pixel (timm's "pixel" mode); "zero": 0 (torchvision's value=0)
-
-    @property
-    def mixes(self) -> bool:
-        return self.mixup > 0 or self.cutmix > 0
 
 
 class DeviceBatch(NamedTuple):
@@ -80,79 +56,6 @@ def to_model_layout(x: torch.Tensor, dtype: torch.dtype, channels_last: bool) ->
     """`x` in the compute dtype and memory format in one pass (a layout change then a cast would
     read and write the batch twice); `x` itself when both already hold."""
     return x.to(dtype, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-
-
-def cutmix_box(height: int, width: int, lam: float, rng: np.random.Generator) -> tuple[int, int, int, int]:
-    """(y0, y1, x0, x1) of a box covering ~(1-lam) of the image, centred uniformly, clipped."""
-    cut = math.sqrt(1.0 - lam)
-    ch, cw = int(height * cut), int(width * cut)
-    cy, cx = int(rng.integers(height)), int(rng.integers(width))
-    y0, y1 = max(cy - ch // 2, 0), min(cy + ch // 2, height)
-    x0, x1 = max(cx - cw // 2, 0), min(cx + cw // 2, width)
-    return y0, y1, x0, x1
-
-
-def mix_batch(x: torch.Tensor, labels: torch.Tensor, aug: DeviceAugment,
-              rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """MixUp or CutMix of sample i with sample B-1-i. Returns (images, soft targets float32 [B,C]).
-
-    Label smoothing is left to the loss (CrossEntropyLoss smooths probability targets too).
-    """
-    use_cutmix = aug.cutmix > 0 and (aug.mixup <= 0 or rng.random() < aug.switch_prob)
-    lam = float(rng.beta(aug.cutmix, aug.cutmix) if use_cutmix else rng.beta(aug.mixup, aug.mixup))
-    flipped = x.flip(0)
-    if use_cutmix:
-        h, w = x.shape[-2:]
-        y0, y1, x0, x1 = cutmix_box(h, w, lam, rng)
-        x = x.clone()
-        x[:, :, y0:y1, x0:x1] = flipped[:, :, y0:y1, x0:x1]
-        lam = 1.0 - (y1 - y0) * (x1 - x0) / float(h * w)  # the area actually pasted
-    else:
-        x = x.mul(lam).add_(flipped, alpha=1.0 - lam)
-    one_hot = torch.nn.functional.one_hot(labels, aug.num_classes).float()
-    targets = one_hot.mul(lam).add_(one_hot.flip(0), alpha=1.0 - lam)
-    return x, targets
-
-
-def erase_boxes(batch: int, height: int, width: int, prob: float,
-                rng: np.random.Generator) -> np.ndarray:
-    """Per-sample erase boxes [B,4] (y0, x0, h, w); h = w = 0 where a sample is not erased."""
-    boxes = np.zeros((batch, 4), dtype=np.int64)
-    chosen = rng.random(batch) < prob
-    area = height * width
-    targets = rng.uniform(*ERASE_AREA, size=(batch, ERASE_ATTEMPTS)) * area
-    ratios = np.exp(rng.uniform(math.log(ERASE_RATIO[0]), math.log(ERASE_RATIO[1]),
-                                size=(batch, ERASE_ATTEMPTS)))
-    hs = np.round(np.sqrt(targets * ratios)).astype(np.int64)
-    ws = np.round(np.sqrt(targets / ratios)).astype(np.int64)
-    fits = (hs < height) & (ws < width) & (hs > 0) & (ws > 0)
-    us = rng.random((batch, ERASE_ATTEMPTS, 2))  # uniform positions, scaled per attempt below
-    for i in np.flatnonzero(chosen & fits.any(axis=1)):
-        j = int(np.argmax(fits[i]))
-        h, w = int(hs[i, j]), int(ws[i, j])
-        boxes[i] = (int(us[i, j, 0] * (height - h + 1)), int(us[i, j, 1] * (width - w + 1)), h, w)
-    return boxes
-
-
-def random_erase(x: torch.Tensor, boxes: np.ndarray, generator: torch.Generator, fill: str = "noise") -> torch.Tensor:
-    """Fill each sample's box with per-pixel N(0,1) noise (timm's "pixel" mode, normalized space), or
-    with 0 (`fill="zero"`: torchvision's RandomErasing default value, the mean after normalization)."""
-    if not (boxes[:, 2] > 0).any():
-        return x
-    b, _, h, w = x.shape
-    bx = torch.from_numpy(boxes)
-    if x.device.type == "cuda":  # non_blocking from pageable memory would stall the stream: pin first
-        bx = bx.pin_memory()
-    bx = bx.to(x.device, non_blocking=True)
-    rows = torch.arange(h, device=x.device).view(1, h, 1)
-    cols = torch.arange(w, device=x.device).view(1, 1, w)
-    y0, x0 = bx[:, 0].view(b, 1, 1), bx[:, 1].view(b, 1, 1)
-    y1, x1 = y0 + bx[:, 2].view(b, 1, 1), x0 + bx[:, 3].view(b, 1, 1)
-    mask = ((rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)).unsqueeze(1)
-    if fill == "zero":
-        return x.masked_fill(mask, 0.0)
-    noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=torch.float32)
-    return torch.where(mask, noise.to(x.dtype), x)
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -387,7 +387,7 @@ def test_json_refusal_lists_the_problems_and_help_names_adopt(samples, tmp_path,
 
 @pytest.mark.usefixtures("one_thread")
 def test_train_imagenet_runs_on_an_adopted_set(samples, tmp_path):
-    from imagenet_shards.train.trainer.telemetry import read_metrics
+    from imagenet_shards.train.trainer.watch.telemetry import read_metrics
     from tests.fixtures.trainer import TINY, run_cli
 
     src = write_wds(tmp_path / "wds", samples, edit=timm_style)

@@ -366,7 +366,7 @@ def test_a_prepared_per_class_subset_passes_its_own_audit_and_names_its_short_cl
 
 @pytest.mark.timeout(300)
 def test_the_trainer_runs_on_a_subset_with_k_outputs(archives, tmp_path, one_thread):
-    from imagenet_shards.train.trainer import checkpoint as ckpt
+    from imagenet_shards.train.trainer.state import checkpoint as ckpt
     from tests.fixtures.trainer import TINY, run_cli
 
     out = tmp_path / "shards"

@@ -27,3 +27,25 @@ def test_doctor_brief_is_one_line_naming_the_path(capsys):
     assert main(["--brief"]) == 0
     out = capsys.readouterr().out.strip()
     assert "\n" not in out and ("fast path" in out or "SLOW PATH" in out)
+
+
+def test_doctor_says_which_entropy_decoder_is_active(capsys, monkeypatch):
+    """The turbo crop decoder's entropy path, as the extension reports it, and a bad
+    IMAGENET_SHARDS_ENTROPY refused (the extension reads it once: its answer is stubbed here)."""
+    import pytest
+
+    from imagenet_shards.pipeline.tools import doctor
+
+    assert main(["--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    if not info["turbo_crop_decoder"]:
+        pytest.skip("the turbo crop decoder is not built")
+    from imagenet_shards.train.loader import _jpegcrop
+
+    assert (info["entropy_decoder"], info["entropy_decoder_reason"]) == _jpegcrop.entropy_path()[:2]
+    assert main(["--brief"]) == 0
+    assert f"entropy decoder {info['entropy_decoder']}," in capsys.readouterr().out
+    monkeypatch.setattr(doctor, "_entropy_path",
+                        lambda: ("libjpeg", "error: IMAGENET_SHARDS_ENTROPY=x is neither own nor libjpeg"))
+    assert main(["--brief"]) == 2
+    assert capsys.readouterr().err.startswith("error: IMAGENET_SHARDS_ENTROPY=x")

@@ -34,10 +34,12 @@ CHILD = textwrap.dedent("""
     w, h = crop.header(data)[:2]
     pixels = crop.decode_region(data, 1, 0, 0, w, h)[0]
     rewritten = tran.restart_rows(data)[0]
+    own = crop.decode_region(rewritten, 1, 0, 0, w, h, entropy="own")[0]  # the own entropy decoder's hook
     maps = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libjpeg" in line})
     print(json.dumps({"python": platform.python_version(), "turbo": crop.LIBJPEG_TURBO_VERSION,
                       "pixels": hashlib.sha256(pixels).hexdigest(), "restart": hashlib.sha256(rewritten).hexdigest(),
-                      "grid": rewritten.count(b"\\xff\\xdd") > 0, "maps": maps}))
+                      "grid": rewritten.count(b"\\xff\\xdd") > 0, "maps": maps, "entropy": crop.entropy_path(),
+                      "own_decodes": crop.entropy_counts()["own"], "own_pixels": hashlib.sha256(own).hexdigest()}))
 """)
 
 
@@ -120,3 +122,8 @@ def test_the_unpacked_modules_decode_without_the_system_libjpeg(built, python, t
     w, h = decode._jpegcrop.header(data)[:2]
     assert got["pixels"] == hashlib.sha256(decode._jpegcrop.decode_region(data, 1, 0, 0, w, h)[0]).hexdigest()
     assert got["restart"] == hashlib.sha256(images._jpegtran.restart_rows(data)[0]).hexdigest()
+    # the own entropy decoder's hook passed its self-test against the bundled libjpeg-turbo, decoded
+    # the restart-marker file, and matches this build's libjpeg path byte for byte
+    assert got["entropy"][2] and got["own_decodes"] == 1, got["entropy"]
+    lib = decode._jpegcrop.decode_region(images._jpegtran.restart_rows(data)[0], 1, 0, 0, w, h, entropy="libjpeg")[0]
+    assert got["own_pixels"] == hashlib.sha256(lib).hexdigest()

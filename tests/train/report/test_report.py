@@ -178,7 +178,7 @@ def test_docs_training_md_names_every_record_kind_and_field_of_a_run(run_dir):
 def test_superseded_records_are_drawn_once(tmp_path, capsys):
     """What a run resumed after a kill leaves: the killed run's records past the checkpoint marked
     superseded, the resumed run's after them. report-run reads each step once, in order."""
-    from imagenet_shards.train.trainer.telemetry import supersede
+    from imagenet_shards.train.trainer.watch.telemetry import supersede
 
     lines = [{"kind": "start", "time": 0}]
     lines += [{"kind": "train_interval", "step": s, "epoch": 0, "loss": 1.0, "img_per_s": 10.0, "time": s}

@@ -14,12 +14,13 @@ import torch
 
 from imagenet_shards.train.loader import decode
 from imagenet_shards.train.recipes import RECIPES
-from imagenet_shards.train.trainer import cli, distributed, flags, host
+from imagenet_shards.train.trainer import cli, distributed, flags
+from imagenet_shards.train.trainer.watch import host
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError, check_flags, local_paths, resolve
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.model import ModelEma, build_optimizer, optimizer_impl
 from imagenet_shards.train.trainer.prefetch import error_line
-from imagenet_shards.train.trainer.telemetry import read_metrics
+from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 from tests.fixtures.trainer import TINY, run_cli
 
 CPU = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))

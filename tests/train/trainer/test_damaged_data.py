@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagenet_shards.train.trainer.telemetry import read_metrics
+from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 from tests.fixtures.loader import rehash_shards
 from tests.fixtures.servers import serve_http
 from tests.fixtures.trainer import TINY, run_cli

@@ -7,7 +7,7 @@ import json
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from imagenet_shards.train.trainer import ceiling
+from imagenet_shards.train.trainer.watch import ceiling
 from imagenet_shards.train.trainer.config import TrainConfig
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.prefetch import DevicePrefetcher, to_model_layout

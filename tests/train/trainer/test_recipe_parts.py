@@ -1,6 +1,7 @@
 """The parts the published recipes need, each against its definition: BlurPool (FFCV), flip TTA,
 LAMB (timm's behaviour), BCE with RSB's target threshold, EMA every N steps (torchvision), the
-weight-decay rules, ReaL top-1, torchvision's zero-fill erasing, gradient accumulation.
+weight-decay rules, ReaL top-1, gradient accumulation (torchvision's zero-fill erasing:
+tests/train/augment/test_device.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import torch.nn.functional as F
 
 from imagenet_shards.train.trainer import real as R
 from imagenet_shards.train.trainer.distributed import DistInfo
-from imagenet_shards.train.trainer.engine import evaluate, make_autocast, train_one_epoch, tta_logits
+from imagenet_shards.train.trainer.engine import StepRecord, evaluate, make_autocast, train_one_epoch, tta_logits
 from imagenet_shards.train.trainer.lamb import Lamb
 from imagenet_shards.train.trainer.loss import BinaryCrossEntropy, make_criterion
 from imagenet_shards.train.trainer.model import (BlurPoolConv2d, ModelEma, build_model, build_optimizer, ema_due,
                                                  weight_decay_groups)
-from imagenet_shards.train.trainer.prefetch import DevicePrefetcher, random_erase
+from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
 
 CPU = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -214,15 +215,16 @@ def test_train_one_epoch_updates_the_ema_every_n_steps_and_accumulates():
     ema = ModelEma(model, 0.5, ramp=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     kw = dict(optimizer=opt, scheduler=None, scaler=None, autocast=make_autocast("none", torch.device("cpu")),
-              criterion=torch.nn.CrossEntropyLoss(), info=CPU, epoch=1, log_interval=100)
-    stats = train_one_epoch(model, batches, step=8, ema=ema, ema_source=model, ema_every=3, steps_per_epoch=8, **kw)
+              criterion=torch.nn.CrossEntropyLoss(), info=CPU, log_interval=100)
+    stats = train_one_epoch(batches, StepRecord(model, ema=ema, ema_source=model, ema_every=3, steps_per_epoch=8, **kw),
+                            epoch=1, step=8)
     assert stats.steps == 8 and ema.updates == 3  # in-epoch steps 0, 3, 6
     # two accumulated batches per step = one step on their concatenation (mean loss over 8 samples)
     start = copy.deepcopy(model.state_dict())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     kw["optimizer"] = opt
-    stats = train_one_epoch(model, DevicePrefetcher(_Batches(data[:2]), torch.device("cpu")), step=0,
-                            accumulate=2, **kw)
+    stats = train_one_epoch(DevicePrefetcher(_Batches(data[:2]), torch.device("cpu")),
+                            StepRecord(model, accumulate=2, **kw), epoch=1, step=0)
     assert stats.steps == 1
     twin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 3))
     twin.load_state_dict(start)
@@ -232,16 +234,6 @@ def test_train_one_epoch_updates_the_ema_every_n_steps_and_accumulates():
     torch.nn.functional.cross_entropy(twin(x), y).backward()
     twin_opt.step()
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(model.parameters(), twin.parameters()))
-
-
-# ----------------------------------------------------------------------------- erasing (torchvision's fill)
-
-def test_zero_fill_erasing_writes_zeros_inside_the_boxes_only():
-    x = torch.ones(2, 3, 8, 8)
-    boxes = np.array([[1, 2, 3, 4], [0, 0, 0, 0]])
-    y = random_erase(x, boxes, torch.Generator().manual_seed(0), fill="zero")
-    assert float(y[0, :, 1:4, 2:6].abs().sum()) == 0 and float(y[0].sum()) == 3 * (64 - 12)
-    assert torch.equal(y[1], x[1])
 
 
 # ----------------------------------------------------------------------------- ReaL

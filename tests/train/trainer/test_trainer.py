@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from imagenet_shards.train.trainer import checkpoint as ckpt
+from imagenet_shards.train.trainer.state import checkpoint as ckpt
 from tests.fixtures.trainer import TINY, run_cli
-from imagenet_shards.train.trainer.prefetch import (DeviceAugment, DevicePrefetcher, SyntheticBatches, erase_boxes, mix_batch,
-                            normalize, random_erase)
+from imagenet_shards.train.augment.device import DeviceAugment
+from imagenet_shards.train.trainer.prefetch import DevicePrefetcher, SyntheticBatches, normalize
 from imagenet_shards.train.trainer.schedule import default_lr, lr_factor, resolution_at
-from imagenet_shards.train.trainer.telemetry import read_metrics
+from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[3]
@@ -56,33 +56,6 @@ def test_normalize_and_channels_last():
     assert x.dtype == torch.bfloat16 and x.is_contiguous(memory_format=torch.channels_last)
     expected = (1 - 0.485) / 0.229
     assert float(x[0, 0, 0, 0]) == pytest.approx(expected, rel=1e-2)
-
-
-def test_mixup_cutmix_targets_are_distributions_and_seeded():
-    aug = DeviceAugment(num_classes=5, mixup=0.2, cutmix=1.0)
-    x = torch.randn(6, 3, 8, 8)
-    labels = torch.tensor([0, 1, 2, 3, 4, 0])
-    for seed in range(5):
-        a = mix_batch(x, labels, aug, np.random.default_rng(seed))
-        b = mix_batch(x, labels, aug, np.random.default_rng(seed))
-        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-        assert torch.allclose(a[1].sum(1), torch.ones(6))
-        assert a[1].shape == (6, 5)
-
-
-def test_random_erase_touches_only_boxes():
-    rng = np.random.default_rng(0)
-    boxes = erase_boxes(16, 32, 32, prob=0.5, rng=rng)
-    assert ((boxes[:, 2] > 0) == (boxes[:, 3] > 0)).all() and (boxes[:, 2] > 0).any()
-    assert (boxes[:, 0] + boxes[:, 2] <= 32).all() and (boxes[:, 1] + boxes[:, 3] <= 32).all()
-    x = torch.zeros(16, 3, 32, 32)
-    y = random_erase(x, boxes, torch.Generator().manual_seed(0))
-    changed = (y != 0).any(dim=1)
-    for i, (top, left, h, w) in enumerate(boxes):
-        inside = torch.zeros(32, 32, dtype=torch.bool)
-        inside[top:top + h, left:left + w] = True
-        assert not changed[i][~inside].any()
-        assert changed[i][inside].float().mean() > 0.9 if h else not changed[i].any()
 
 
 def test_prefetcher_on_cpu_reports_wait_and_reseeds_per_epoch():
@@ -193,7 +166,7 @@ def test_checkpoint_crash_after_temp_write_keeps_previous(tmp_path, monkeypatch)
 
 SAVER = textwrap.dedent("""
     import sys, torch
-    from imagenet_shards.train.trainer import checkpoint as ckpt
+    from imagenet_shards.train.trainer.state import checkpoint as ckpt
     i = 0
     while True:
         i += 1

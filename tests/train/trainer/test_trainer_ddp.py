@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.trainer import TINY, run_cli, write_tiny_shards
-from imagenet_shards.train.trainer import checkpoint as ckpt
-from imagenet_shards.train.trainer.telemetry import read_metrics
+from imagenet_shards.train.trainer.state import checkpoint as ckpt
+from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[3]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagenet_shards.train.trainer.telemetry import trace_summary
+from imagenet_shards.train.trainer.watch.telemetry import trace_summary
 
 
 def _x(name: str, cat: str, ts: float, dur: float, tid: int = 7) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imagenet_shards.train.trainer import checkpoint as ckpt
+from imagenet_shards.train.trainer.state import checkpoint as ckpt
 from tests.fixtures.mounts import read_only_view, resize_tmpfs, small_tmpfs
 from tests.fixtures.trainer import TINY, run_cli
 

@@ -1,7 +1,8 @@
 /* A table-driven Huffman decoder for the restart cells of a baseline JPEG, one stream at a time or
- * 2 / 4 cells interleaved in one core (issue 34's prototype; a benchmark, not the product). */
-#ifndef CELLS_H
-#define CELLS_H
+ * 2 / 4 cells interleaved in one core (the loader's entropy decoder: jpegcrop_entropy.c hooks it
+ * into libjpeg; bench/jpeg_entropy/ measures it; see jpegcrop_cells.c). */
+#ifndef JPEGCROP_CELLS_H
+#define JPEGCROP_CELLS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +11,8 @@
 #include <jpeglib.h>
 
 #define CELLS_LOOKAHEAD 10 /* bits looked up at once; longer codes take the canonical search */
+/* MCUs per cell at most (ours: 2): keeps a cell's DC sums far from int overflow */
+#define CELLS_MAX_INTERVAL 1024
 
 struct cell_table {
     uint16_t lookup[1 << CELLS_LOOKAHEAD]; /* symbol << 8 | code length; 0: code longer than the lookahead */
@@ -38,10 +41,12 @@ struct cell_work {
     size_t bytes_size;
     uint32_t *starts;  /* byte offset of each cell in `bytes`; starts[cells] = the end */
     size_t starts_size;
+    size_t end;        /* where the data ends in `bytes` (zeros follow) */
 };
 
-/* 0 when the scan is not one this decoder handles (not one interleaved baseline scan with restarts
- * every whole number of MCUs that tile the rows). */
+/* 0 when the scan is not one this decoder handles: not one interleaved sequential Huffman scan of
+ * 8-bit data with a restart interval of 1..CELLS_MAX_INTERVAL MCUs (sampling factors are the
+ * caller's rule: jpegcrop_entropy.c). */
 int cells_setup(struct cell_scan *sc, j_decompress_ptr cinfo);
 
 /* Decodes the cells of MCU rows [0, mcu_rows) from the entropy-coded data at `data` (`size` bytes,

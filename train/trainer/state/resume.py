@@ -1,7 +1,8 @@
 """Which checkpoint a run continues from, and whether it may: `--resume auto` among the run's files, a
 torn file skipped for the previous one, and a mid-epoch checkpoint held to the run that made it.
 
-A run folder holds up to three checkpoints to resume from (checkpoint.py writes them):
+`resume_state` loads the one `--resume` names and checks it against this run (restore.py puts it
+back into the run). A run folder holds up to three checkpoints to resume from (checkpoint.py writes them):
 `checkpoint-mid.pt` (the newest mid-epoch one), `checkpoint-latest.pt` (the last epoch end) and
 `checkpoint-previous.pt` (the epoch end before it, a hard link kept for this fallback). `--resume
 auto` takes the one furthest into training that loads; one that does not (torn, truncated, not
@@ -21,7 +22,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import torch
+from imagenet_shards.train.trainer.config import TrainConfig, TrainError
+from imagenet_shards.train.trainer.state.checkpoint import LATEST, MID, PREVIOUS, load_checkpoint, plain, saved_config
 
 # Config fields that say how a run executes, not what it computes: they may differ on resume.
 EXECUTION = frozenset({
@@ -86,7 +88,7 @@ def config_changes(saved: dict, config: dict) -> tuple[list[str], list[str]]:
     for name in sorted(set(saved) | set(config)):
         if name in ("data", "storage_option"):
             continue
-        a, b = _norm(saved.get(name)), _norm(config.get(name))
+        a, b = plain(saved.get(name)), plain(config.get(name))
         if a == b:
             continue
         text = f"--{name.replace('_', '-')} {_show(a)} there, {_show(b)} here"
@@ -111,14 +113,6 @@ def continuation_problem(state: dict, config: dict, data_id: str | None, path: P
             f"(--resume {path.parent / 'checkpoint-latest.pt'}) or start a new --out")
 
 
-def _norm(value):
-    if isinstance(value, tuple):
-        return [_norm(v) for v in value]
-    if isinstance(value, list):
-        return [_norm(v) for v in value]
-    return value
-
-
 def _show(value) -> str:
     if value is None:
         return "unset"
@@ -129,6 +123,38 @@ def _show(value) -> str:
     return str(value)
 
 
-def lazy_load(path: Path) -> dict:
-    """A checkpoint's state with its tensors memory-mapped (read when used)."""
-    return torch.load(Path(path), map_location="cpu", weights_only=True, mmap=True)
+def resume_state(config: TrainConfig, num_classes: int,
+                 data_id: str | None = None) -> tuple[dict | None, Path | None, list[str]]:
+    """The checkpoint `--resume` names, loaded and checked against this run, and the warnings to
+    print (a torn file passed over). (None, None, []) without one; `--resume auto` with no
+    checkpoint yet starts from scratch."""
+    if not config.resume:
+        return None, None, []
+    out = Path(config.out)
+    notes: list[str] = []
+    if config.resume == "auto":
+        state, path, notes = pick([out / MID, out / LATEST, out / PREVIOUS], lambda p: load_checkpoint(p, mmap=True))
+        if state is None:
+            if notes:
+                raise TrainError(f"--resume auto: no checkpoint in {out} can be loaded: {'; '.join(notes)}")
+            if config.eval_only:
+                raise TrainError(f"--resume auto: no checkpoint at {out / LATEST}")
+            return None, None, []
+    else:
+        path = Path(config.resume)
+        if not path.exists():
+            raise TrainError(f"--resume {config.resume}: no checkpoint at {path}")
+        try:
+            state = load_checkpoint(path, mmap=True)
+        except Exception as e:  # torn or foreign file: say which and why
+            raise TrainError(f"cannot load checkpoint {path}: {e} (--resume auto falls back to the run's "
+                             f"previous checkpoint)") from None
+    if state["arch"] != config.arch or state["num_classes"] != num_classes:
+        raise TrainError(f"checkpoint {path} is --arch {state['arch']} with {state['num_classes']} classes, "
+                         f"this run is --arch {config.arch} with {num_classes} classes "
+                         f"(use the same --arch/--data, or a new --out)")
+    if state.get("epoch_step") and not config.eval_only:
+        problem = continuation_problem(state, plain(saved_config(config)), data_id, path)
+        if problem:
+            raise TrainError(problem)
+    return state, path, notes

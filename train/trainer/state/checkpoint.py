@@ -12,7 +12,8 @@ Epoch ends write checkpoint-latest.pt (the one before it stays as checkpoint-pre
 link) and -best.pt. Mid-epoch checkpoints (a signal, `--checkpoint-every`) write checkpoint-mid.pt
 with, besides the epoch-end content, what differs per rank inside an epoch: each rank's loader
 position (loader/position.py), BatchNorm buffers, the prefetcher's random state and the epoch's
-running loss sums. Which file a run resumes from, and whether it may, is resume.py.
+running loss sums (`local_state`). Which file a run resumes from, and whether it may, is resume.py;
+putting a checkpoint back into a run is restore.py.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ import torch
 
 from imagenet_shards.pipeline.storage.atomic import DiskFull, atomic_open, link_atomic, stale_temps
 from imagenet_shards.pipeline.storage.retry import redact
-from imagenet_shards.train.trainer import resume
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
-from imagenet_shards.train.trainer.distributed import DistInfo, gather_objects, print0
+from imagenet_shards.train.trainer.distributed import DistInfo, gather_objects
 
 if TYPE_CHECKING:
     from imagenet_shards.train.trainer.build import Parts
@@ -142,124 +142,6 @@ def _save_problem(path: Path, error: OSError) -> str:
     return f"cannot save checkpoint {path}: {error.strerror or error}; {kept}"
 
 
-def resume_state(config: TrainConfig, num_classes: int,
-                 data_id: str | None = None) -> tuple[dict | None, Path | None, list[str]]:
-    """The checkpoint `--resume` names, loaded and checked against this run, and the warnings to
-    print (a torn file passed over). (None, None, []) without one; `--resume auto` with no
-    checkpoint yet starts from scratch."""
-    if not config.resume:
-        return None, None, []
-    out = Path(config.out)
-    notes: list[str] = []
-    if config.resume == "auto":
-        state, path, notes = resume.pick([out / MID, out / LATEST, out / PREVIOUS],
-                                         lambda p: load_checkpoint(p, mmap=True))
-        if state is None:
-            if notes:
-                raise TrainError(f"--resume auto: no checkpoint in {out} can be loaded: {'; '.join(notes)}")
-            if config.eval_only:
-                raise TrainError(f"--resume auto: no checkpoint at {out / LATEST}")
-            return None, None, []
-    else:
-        path = Path(config.resume)
-        if not path.exists():
-            raise TrainError(f"--resume {config.resume}: no checkpoint at {path}")
-        try:
-            state = load_checkpoint(path, mmap=True)
-        except Exception as e:  # torn or foreign file: say which and why
-            raise TrainError(f"cannot load checkpoint {path}: {e} (--resume auto falls back to the run's "
-                             f"previous checkpoint)") from None
-    if state["arch"] != config.arch or state["num_classes"] != num_classes:
-        raise TrainError(f"checkpoint {path} is --arch {state['arch']} with {state['num_classes']} classes, "
-                         f"this run is --arch {config.arch} with {num_classes} classes "
-                         f"(use the same --arch/--data, or a new --out)")
-    if state.get("epoch_step") and not config.eval_only:
-        problem = resume.continuation_problem(state, _plain(saved_config(config)), data_id, path)
-        if problem:
-            raise TrainError(problem)
-    return state, path, notes
-
-
-def restore(parts: Parts, state: dict, path: Path, config: TrainConfig, info: DistInfo) -> int:
-    """Load a checkpoint into the built parts; returns the global step to continue from. A
-    mid-epoch checkpoint's per-rank state (buffers, RNG) is restored here too; its loader and
-    prefetcher positions are `restore_positions`'s, once the epoch is set."""
-    parts.raw.load_state_dict(state["model"])
-    if parts.ema is not None and state.get("ema"):
-        parts.ema.load_state_dict(state["ema"])
-    epoch = state["epoch"]
-    if config.eval_only:
-        return state["step"]
-    optimizer, scheduler = parts.optimizer, parts.scheduler
-    saved_groups = len(state["optimizer"]["param_groups"])
-    if saved_groups != len(optimizer.param_groups):
-        raise TrainError(f"checkpoint {path} has {saved_groups} optimizer parameter groups, this run has "
-                         f"{len(optimizer.param_groups)} (resume with the same --no-bn-wd setting)")
-    optimizer.load_state_dict(state["optimizer"])
-    if parts.scaler is not None and state.get("scaler"):
-        parts.scaler.load_state_dict(state["scaler"])
-    scheduler.load_state_dict(state["scheduler"])
-    same_world = state["world_size"] == info.world_size
-    ranks = state.get("ranks")
-    if ranks:  # mid-epoch: what differs per rank inside an epoch
-        _load_buffers(parts.raw, [r["buffers"] for r in ranks], info.rank if same_world else None)
-        if parts.ema is not None and ranks[0].get("ema_buffers") is not None:
-            _load_buffers(parts.ema.module, [r["ema_buffers"] for r in ranks], info.rank if same_world else None)
-    # Position and lr come from this run (epoch x its steps/epoch, its --lr), so a run resumed on
-    # another world size continues on schedule; an unchanged run gets exactly the saved values.
-    step = epoch * parts.steps_per_epoch
-    if ranks and same_world and state.get("steps_per_epoch") == parts.steps_per_epoch:
-        step += int(state["epoch_step"])
-    set_schedule(parts, step)
-    if same_world:
-        restore_rng_state(state["rng"][info.rank], info.device)
-    elif not ranks:
-        print0(info, f"warning: resuming a {state['world_size']}-process checkpoint with {info.world_size} "
-                     f"processes: the global batch, the default lr and the data order differ from an "
-                     f"uninterrupted run; the schedule continues from epoch {epoch}")
-    return step
-
-
-def set_schedule(parts: Parts, step: int) -> None:
-    """Put the lr schedule at global step `step` of this run (its steps/epoch, its --lr)."""
-    optimizer, scheduler = parts.optimizer, parts.scheduler
-    scheduler.last_epoch = step
-    scheduler.base_lrs = [parts.lr] * len(optimizer.param_groups)
-    for group, factor in zip(optimizer.param_groups, [f(step) for f in scheduler.lr_lambdas]):
-        group["initial_lr"] = parts.lr
-        group["lr"] = parts.lr * factor
-    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
-
-
-def rank_buffers(module: torch.nn.Module) -> dict:
-    """This rank's buffers (BatchNorm statistics), which DDP does not keep equal within an epoch."""
-    return {name: b.detach().cpu().clone() for name, b in module.named_buffers()}
-
-
-def _load_buffers(module: torch.nn.Module, saved: list[dict], rank: int | None) -> None:
-    """`rank`'s saved buffers, or (another world size) their mean over the saved ranks (integer
-    buffers: rank 0's), as the epoch end would have made them."""
-    with torch.no_grad():
-        for name, buf in module.named_buffers():
-            if rank is not None:
-                value = saved[rank][name]
-            elif buf.is_floating_point():
-                value = sum(s[name].double() for s in saved) / len(saved)
-            else:
-                value = saved[0][name]
-            buf.copy_(value.to(buf.dtype))
-
-
-def restore_positions(state: dict, info: DistInfo, train_loader, prefetcher) -> dict:
-    """Set the loader (and, same world size, the prefetcher's random state) to a mid-epoch
-    checkpoint's position; returns the loader's summary (`ShardLoader.resume`)."""
-    ranks = state["ranks"]
-    summary = train_loader.resume(state["loader_plan"], [r["loader"] for r in ranks])
-    if state["world_size"] == info.world_size and ranks[info.rank].get("prefetch") is not None:
-        prefetcher.load_rng_state(ranks[info.rank]["prefetch"])
-    return summary
-
-
 def _state(config: TrainConfig, info: DistInfo, parts: Parts, *, epoch: int, step: int, rngs: list,
            best: float | None, data_id: str | None) -> dict:
     return {
@@ -269,7 +151,7 @@ def _state(config: TrainConfig, info: DistInfo, parts: Parts, *, epoch: int, ste
         "optimizer": parts.optimizer.state_dict(), "scheduler": parts.scheduler.state_dict(),
         "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
         "ema": parts.ema.state_dict() if parts.ema is not None else None,
-        "rng": rngs, "config": _plain(saved_config(config)), "best_top1": best, "data_id": data_id,
+        "rng": rngs, "config": plain(saved_config(config)), "best_top1": best, "data_id": data_id,
     }
 
 
@@ -327,6 +209,24 @@ def save_mid(config: TrainConfig, info: DistInfo, parts: Parts, *, epoch: int, e
     return cost
 
 
+def supports_positions(loader) -> bool:
+    """Whether a loader can say where it is (the CPU shard loader; not --gpu-decode or synthetic data)."""
+    return hasattr(loader, "position") and hasattr(loader, "resume")
+
+
+def rank_buffers(module: torch.nn.Module) -> dict:
+    """This rank's buffers (BatchNorm statistics), which DDP does not keep equal within an epoch."""
+    return {name: b.detach().cpu().clone() for name, b in module.named_buffers()}
+
+
+def local_state(parts, prefetcher, batches: int, sums: list) -> dict:
+    """This rank's share of a mid-epoch checkpoint after `batches` batches of the current iteration."""
+    return {"loader": parts.train_loader.position(batches), "prefetch": prefetcher.rng_state(),
+            "buffers": rank_buffers(parts.raw),
+            "ema_buffers": rank_buffers(parts.ema.module) if parts.ema is not None else None,
+            "sums": list(sums)}
+
+
 def _stop_with(info: DistInfo, problem: str | None) -> None:
     """Every rank waits for rank 0's save and, if it failed, stops with its one line."""
     problems = [p for p in gather_objects(info, problem) if p]
@@ -340,10 +240,11 @@ def saved_config(config: TrainConfig) -> dict:
             "storage_option": [o.split("=", 1)[0] + "=" for o in config.storage_option]}
 
 
-def _plain(value):
-    """Tuples to lists, recursively, so the config loads with weights_only=True."""
+def plain(value):
+    """Tuples to lists, recursively (dict values too): how a config is kept in a checkpoint, so it
+    loads with weights_only=True, and how two configs are compared (resume.config_changes)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

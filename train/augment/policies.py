@@ -23,7 +23,7 @@ ops are torchvision's re-implementations of PIL's ImageEnhance/ImageOps, equal u
 One difference is deliberate and listed in docs/recipes.md: timm picks bilinear or bicubic at
 random for each geometric op (its "random" train interpolation); torchvision's tensor affine has no
 bicubic, so every geometric op here is bilinear. RandomErasing is not here: it belongs after
-normalization, on the device (trainer).
+normalization, on the device (`device`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import random
 import torch
 
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader.gpu_crop import crop_batch
+from imagenet_shards.train.augment.gpu_crop import crop_batch
 
 
 def test_batched_crop_matches_torchvision_resized_crop():
@@ -49,7 +49,7 @@ class Replay:
 
 def test_batched_boxes_equal_the_per_image_functions_given_the_same_draws():
     import numpy as np
-    from imagenet_shards.train.loader.gpu_crop import (ATTEMPTS, center_crop_boxes, random_resized_crop_boxes,
+    from imagenet_shards.train.augment.gpu_crop import (ATTEMPTS, center_crop_boxes, random_resized_crop_boxes,
                                                        rrc_boxes_from_draws)
     rng = np.random.default_rng(0)
     n = 400
@@ -82,7 +82,7 @@ def test_padding_and_the_batched_crop_equal_the_per_image_ones():
     """One nested-tensor padding for the batch = the per-image copies; cropping a batch = cropping
     each image alone (the padding never reaches a weight)."""
     import numpy as np
-    from imagenet_shards.train.loader.gpu_crop import padded
+    from imagenet_shards.train.augment.gpu_crop import padded
     g, rng = torch.Generator().manual_seed(1), np.random.default_rng(2)
     shapes = [(75, 100), (100, 75), (66, 100), (30, 40), (100, 100)] * 3
     images = [torch.randint(0, 256, (3, h, w), generator=g, dtype=torch.uint8) for h, w in shapes]
@@ -91,7 +91,7 @@ def test_padding_and_the_batched_crop_equal_the_per_image_ones():
         h, w = img.shape[-2:]
         assert torch.equal(canvas[i, :, :h, :w], img.float()) and canvas[i, :, h:].abs().sum() == 0
         assert canvas[i, :, :, w:].abs().sum() == 0
-    from imagenet_shards.train.loader.gpu_crop import random_resized_crop_boxes
+    from imagenet_shards.train.augment.gpu_crop import random_resized_crop_boxes
     boxes = random_resized_crop_boxes([s[1] for s in shapes], [s[0] for s in shapes], (0.08, 1), (3 / 4, 4 / 3), rng)
     flips = rng.random(len(shapes)) < 0.5
     batch = crop_batch(images, boxes, flips, 24)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagenet_shards.train.trainer import checkpoint as ckpt
+from imagenet_shards.train.trainer.state import checkpoint as ckpt
 from tests.fixtures.trainer import TINY
 
 

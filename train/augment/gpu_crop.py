@@ -12,7 +12,7 @@ trainer sets only for `--amp none`) keeps 10 mantissa bits and can add a grey le
 
 The crop boxes of a batch are drawn at once too (`random_resized_crop_boxes`, `center_crop_boxes`):
 the CPU loader's per-image functions in `decode`, in numpy over the batch, equal to them given the
-same random draws (tests/train/loader/test_gpu_crop.py).
+same random draws (tests/train/augment/test_gpu_crop.py).
 """
 
 from __future__ import annotations

@@ -27,15 +27,15 @@ import torch
 from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import fingerprint
 from imagenet_shards.train.report.page import read_run
-from imagenet_shards.train.trainer import checkpoint as ckpt
-from imagenet_shards.train.trainer import resume
-from imagenet_shards.train.trainer.lifecycle import Lifecycle, RunSignals, parse_every
+from imagenet_shards.train.trainer.state import checkpoint as ckpt
+from imagenet_shards.train.trainer.state import resume
+from imagenet_shards.train.trainer.state.lifecycle import Lifecycle, RunSignals, parse_every
 from imagenet_shards.train.trainer.distributed import DistInfo
-from imagenet_shards.train.trainer.telemetry import read_metrics
+from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 from tests.fixtures.trainer import run_cli, write_tiny_shards
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 # 60 train samples in 5 shards, batch 4: 15 steps an epoch on one rank, 7 on two (4 spares), 5 on three
 FLAGS = ["--arch", "mobilenet_v3_small", "--res", "32", "--val-res", "36", "--val-crop", "32", "--batch-size", "4",
          "--device", "cpu", "--log-interval", "1", "--amp", "none", "--epochs", "2", "--warmup-epochs", "0.5",
@@ -278,7 +278,7 @@ AGREE = textwrap.dedent("""
     import json, os, signal, sys
     import torch.distributed as dist
     from imagenet_shards.train.trainer.distributed import init_distributed
-    from imagenet_shards.train.trainer.lifecycle import Lifecycle
+    from imagenet_shards.train.trainer.state.lifecycle import Lifecycle
     info = init_distributed("cpu", backend="gloo")
     calls = [0]
     reduce = dist.all_reduce

@@ -3,7 +3,7 @@ step of the training thread, from a profiler trace (a made-up one with the real 
 
 from __future__ import annotations
 
-from imagenet_shards.train.trainer.telemetry import per_step, trace_summary
+from imagenet_shards.train.trainer.watch.telemetry import per_step, trace_summary
 
 MAIN, DECODE = 1, 2
 

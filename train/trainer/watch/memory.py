@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 
+from imagenet_shards.train.report.records import GROWTH_LIMIT
+
 GIB = 2**30
-GROWTH_LIMIT = 0.10
 WATCHED = (("main_rss_gib", "the main process's RSS"), ("workers_pss_gib", "the loader workers' PSS"))
 
 

@@ -1,23 +1,34 @@
-/* A table-driven Huffman decoder for the restart cells of a baseline JPEG (issue 34's prototype).
+/* A hand-written, table-driven Huffman decoder for the restart cells of our stored JPEGs: the
+ * loader's entropy decoding (jpegcrop_entropy.c puts it in libjpeg's place; libjpeg still does
+ * everything else, and everything for the files this does not take).
  *
- * Why: libjpeg-turbo 2.1.5 decodes every MCU of a file with restart markers with decode_mcu_slow
- * (jdhuff.c sets usefast = 0 when restart_interval != 0), and the loader's stored JPEGs always have
- * markers (a ~32 px grid, docs/format.md). A cell is an independent bitstream: it starts byte
- * aligned with the DC predictions at zero and ends at its RSTn marker. So here the cells are first
- * split at their markers and unstuffed (FF 00 -> FF) into one buffer, one pass with memchr; each is
- * then decoded with a 64-bit bit buffer refilled branch-free by one unaligned big-endian load per
+ * Why hand-written: libjpeg-turbo (2.1.5 here, and upstream declined to change it:
+ * libjpeg-turbo#910) decodes every MCU of a file with restart markers with decode_mcu_slow
+ * (jdhuff.c sets usefast = 0 when restart_interval != 0), and our stored JPEGs always have markers
+ * (a ~32 px grid, docs/format.md). A cell is an independent bitstream: it starts byte aligned with
+ * the DC predictions at zero and ends at its RSTn marker. So here the cells are first split at
+ * their markers and unstuffed (FF 00 -> FF) into one buffer, one pass with memchr; each is then
+ * decoded with a 64-bit bit buffer refilled branch-free by one unaligned big-endian load per
  * symbol (F. Giesen, "Reading bits in far too many ways", variant 4), a 10-bit lookup per Huffman
- * code (longer codes: libjpeg's canonical search) -- no marker test in the inner loop at all.
- * With `streams` 2 or 4, that many cells (side by side in a row: every cell holds the same number
- * of MCUs) are decoded in lock step, symbol by symbol: one dependency chain through the bit buffer
- * per cell, so the core overlaps their load -> lookup -> shift latencies.
+ * code and, for AC, one lookup for a code and its value bits together (longer codes: libjpeg's
+ * canonical search) -- no marker test in the inner loop at all. With `streams` 2 or 4, that many
+ * cells (side by side in a row: every cell holds the same number of MCUs) are decoded in lock
+ * step, symbol by symbol: one dependency chain through the bit buffer per cell, so the core
+ * overlaps their load -> lookup -> shift latencies.
+ *
+ * Measured (issue 34's prototype, bench/jpeg_entropy/bench_entropy.py, docs/loader.md): on 300
+ * stored ImageNet-like JPEGs with the loader's 224 px crops, the region decode 492 -> 317 us per
+ * image (-36 %) with 2 cells interleaved (1 cell: -23 %; 4 cells: -34 %; libjpeg's own fast path
+ * allowed inside a cell, a patched jdhuff.c: -7 %); coefficients and pixels equal to libjpeg's on
+ * every image. The loader uses 2.
  *
  * Output: what libjpeg's decode_mcu writes (coefficients in natural order, not dequantized,
  * (JCOEF) casts as there), MCU after MCU. Corrupt data is flagged where libjpeg warns (a code no
  * table has, a cell that needs bits past its end, whole bytes left over before its marker, a marker
- * out of sequence); the coefficients of a corrupt cell are then not libjpeg's (it pads with zeros).
+ * out of sequence); the coefficients of a corrupt cell are then not libjpeg's (it pads with zeros),
+ * so the caller decodes such a file with libjpeg instead, which then says what it says.
  */
-#include "cells.h"
+#include "jpegcrop_cells.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +97,11 @@ static int build_table(struct cell_table *t, const JHUFF_TBL *h, int ac) {
 }
 
 int cells_setup(struct cell_scan *sc, j_decompress_ptr cinfo) {
-    if (cinfo->progressive_mode || cinfo->arith_code || cinfo->comps_in_scan != cinfo->num_components ||
-        cinfo->restart_interval == 0 || cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU)
+    if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
+        cinfo->comps_in_scan != cinfo->num_components || cinfo->comps_in_scan > 4 ||
+        cinfo->restart_interval == 0 || cinfo->restart_interval > CELLS_MAX_INTERVAL ||
+        cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU || cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 ||
+        cinfo->Ah != 0 || cinfo->Al != 0)
         return 0;
     sc->blocks_in_mcu = cinfo->blocks_in_MCU;
     sc->mcus_per_row = (int)cinfo->MCUs_per_row;
@@ -110,13 +124,20 @@ int cells_setup(struct cell_scan *sc, j_decompress_ptr cinfo) {
     return 1;
 }
 
-/* The first `cells` cells, split at their markers and unstuffed into w->bytes (16 zero bytes after
- * the last, for the refill's loads); w->starts[i] their offsets. -1: a marker out of place. */
+/* Zero bytes after the last cell: the most one MCU can read past the data. Up to 10 blocks of
+ * at most 64 symbols of at most 31 bits (a code and its value bits), plus the refill's 8-byte
+ * load: decode_group clamps each cell's pointer to the end of the data before every MCU, so
+ * damaged data can run past its cell but never past this. */
+#define CELLS_PAD (D_MAX_BLOCKS_IN_MCU * 64 * 4 + 64)
+
+/* The first `cells` cells, split at their markers and unstuffed into w->bytes (CELLS_PAD zero
+ * bytes after the last); w->starts[i] their offsets, w->end the end of the data. -1: a marker out
+ * of place. */
 static int split_cells(struct cell_work *w, const uint8_t *data, size_t size, int cells, int last_in_scan) {
-    if (w->bytes_size < size + 16) {
+    if (w->bytes_size < size + CELLS_PAD) {
         free(w->bytes);
-        w->bytes = malloc(size + 16);
-        w->bytes_size = w->bytes ? size + 16 : 0;
+        w->bytes = malloc(size + CELLS_PAD);
+        w->bytes_size = w->bytes ? size + CELLS_PAD : 0;
     }
     if (w->starts_size < (size_t)cells + 1) {
         free(w->starts);
@@ -154,7 +175,8 @@ static int split_cells(struct cell_work *w, const uint8_t *data, size_t size, in
             i = at;
         }
     }
-    memset(out + o, 0, 16);
+    memset(out + o, 0, CELLS_PAD);
+    w->end = o;
     return 0;
 }
 
@@ -225,7 +247,14 @@ static inline __attribute__((always_inline)) void decode_group(const struct cell
         pred[s][0] = pred[s][1] = pred[s][2] = pred[s][3] = 0;
         out[s] = coef + (size_t)(c + s) * sc->mcus_per_cell * bim * 64;
     }
+    const uint8_t *end = w->bytes + w->end;
     for (int m = 0; m < mcus; m++) {
+#pragma GCC unroll 4
+        for (int s = 0; s < S; s++)
+            if (__builtin_expect(b[s].p > end, 0)) {  /* damaged: ran past the data (CELLS_PAD) */
+                *bad = 1;
+                b[s].p = end;
+            }
         for (int blk = 0; blk < bim; blk++) {
             const struct cell_table *dc = sc->dc[blk], *ac = sc->ac[blk];
             const int ci = sc->comp_of_block[blk];

@@ -32,15 +32,16 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from imagenet_shards.pipeline.interrupts import MESSAGE, Interrupted, run_cli
+from imagenet_shards.pipeline.interrupts import MESSAGE, RUN_SIGNALS, Interrupted, run_cli
 from imagenet_shards.train.trainer.distributed import DistInfo
+from imagenet_shards.train.trainer.state.checkpoint import LATEST
 
-SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 DEFAULT_AGREE_EVERY = 8
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 
@@ -128,13 +129,12 @@ class Lifecycle:
         """Inside (training, its evaluations and checkpoints): a signal only sets the stop flag that
         `after_step` and `at_epoch_end` read. Outside, signals do what the command's own policy says
         (stop at once)."""
-        previous = {name: signal.signal(getattr(signal, name), self._handle) for name in SIGNALS
-                    if hasattr(signal, name)}
+        previous = {signum: signal.signal(signum, self._handle) for signum in RUN_SIGNALS}
         try:
             yield self
         finally:
-            for name, handler in previous.items():
-                signal.signal(getattr(signal, name), handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     @property
     def code(self) -> int:
@@ -205,7 +205,7 @@ class RunSignals:
     """The signal policy of one `train-imagenet` process outside training; `run(body)` runs the
     command under it (`Lifecycle.deferred` takes the signals over while training)."""
 
-    signals = tuple(getattr(signal, name) for name in SIGNALS if hasattr(signal, name))
+    signals = RUN_SIGNALS
 
     def on_signal(self, signum: int) -> None:
         """What a signal does here: stop now."""
@@ -222,4 +222,19 @@ class RunSignals:
                        message=MESSAGE if resuming else NOT_RESUMING)
 
 
-__all__ = ["Decision", "Lifecycle", "RunSignals", "Stopped", "exit_code", "parse_every"]
+def stop_line(signal_name: str, *, epoch: int, epoch_step: int, steps_per_epoch: int, step: int,
+              cost: dict | None, mid_supported: bool, out: Path) -> str:
+    """The one line a run stopped by a signal prints: where it stopped, what was saved, how to go on."""
+    where = (f"at epoch {epoch + 1}, step {epoch_step} of {steps_per_epoch} (global step {step})" if epoch_step
+             else f"after epoch {epoch} (global step {step})")
+    if cost is not None:
+        saved = f"checkpoint {cost['path']} written ({cost['bytes'] / 2**20:.1f} MiB, {cost['seconds']:.1f} s)"
+    elif epoch_step and not mid_supported:
+        saved = (f"no mid-epoch checkpoint with this loader (--gpu-decode or --synthetic-data): --resume auto "
+                 f"restarts epoch {epoch + 1} from {out / LATEST}")
+    else:
+        saved = f"checkpoint {out / LATEST} is the epoch's"
+    return f"stopped by {signal_name} {where}: {saved}; to continue, run the same command with --resume auto"
+
+
+__all__ = ["Decision", "Lifecycle", "RunSignals", "Stopped", "exit_code", "parse_every", "stop_line"]

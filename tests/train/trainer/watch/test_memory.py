@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from imagenet_shards.train.trainer.memory import MemoryWatch, child_pids, epoch_memory
-from imagenet_shards.train.trainer.telemetry import read_metrics
+from imagenet_shards.train.trainer.watch.memory import MemoryWatch, child_pids, epoch_memory
+from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 from tests.fixtures.servers import serve_http
 from tests.fixtures.trainer import TINY
 

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import torch
 
+from imagenet_shards.train.loader import fingerprint
+from imagenet_shards.train.trainer.distributed import DistInfo, gather_objects
+from imagenet_shards.train.trainer.state.checkpoint import supports_positions
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -246,6 +250,20 @@ def per_step(events: list[dict]) -> list[dict]:
             if step is not None:
                 step["dtoh_copies"] += 1
     return steps
+
+
+def epoch_fingerprint(info: DistInfo, train_loader, batches: int, val_loader) -> dict | None:
+    """The epoch's data fingerprint over all ranks (and over an interruption): train from the loader
+    positions after `batches` batches of this iteration, val from the last evaluation."""
+    train = train_loader.position(batches)["fingerprint"] if supports_positions(train_loader) else None
+    val = (getattr(val_loader, "stats", None) or {}).get("fingerprint") if val_loader is not None else None
+    parts = gather_objects(info, (train, val))
+    out = {}
+    for i, split in enumerate(("train", "val")):
+        got = [p[i] for p in parts]
+        if all(g is not None for g in got):
+            out[split] = fingerprint.as_record(fingerprint.combine(*got))
+    return out or None
 
 
 def make_profiler(steps: int, out: Path, rank: int, cuda: bool):

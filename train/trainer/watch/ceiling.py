@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 
 from imagenet_shards.train.trainer.distributed import DistInfo, print0
-from imagenet_shards.train.trainer.engine import EpochStats, train_one_epoch
-from imagenet_shards.train.trainer.prefetch import DeviceAugment, DevicePrefetcher, SyntheticBatches
-from imagenet_shards.train.trainer.telemetry import MetricsLog
+from imagenet_shards.train.trainer.engine import EpochStats, StepRecord, train_one_epoch
+from imagenet_shards.train.augment.device import DeviceAugment
+from imagenet_shards.train.trainer.prefetch import DevicePrefetcher, SyntheticBatches
+from imagenet_shards.train.trainer.watch.telemetry import MetricsLog
 
 SYNTHETIC_FILE = "synthetic.json"
 
@@ -52,9 +53,9 @@ def measure_ceiling(steps: int, *, model, optimizer, scaler, autocast, criterion
                                                 seed=seed + info.rank),
                                info.device, dtype=dtype, channels_last=channels_last,
                                aug=DeviceAugment(num_classes=num_classes))
-    stats = train_one_epoch(model, batches, optimizer=optimizer, scheduler=None, scaler=scaler,
-                            autocast=autocast, criterion=criterion, info=info, epoch=-1, step=step,
-                            log_interval=log_interval, res=res, desc="ceiling")
+    how = StepRecord(model=model, optimizer=optimizer, scheduler=None, scaler=scaler, autocast=autocast,
+                     criterion=criterion, info=info, log_interval=log_interval)
+    stats = train_one_epoch(batches, how, epoch=-1, step=step, res=res, desc="ceiling")
     return stats.steady_img_per_s
 
 

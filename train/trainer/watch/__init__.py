@@ -1,0 +1,2 @@
+"""What watches a run: its records (telemetry), memory, the model-only ceiling, the host (cores,
+/dev/shm) and the checks before the first step (preflight)."""
