@@ -5,6 +5,10 @@
 Stages, each timed over the same records with ``time.process_time`` (CPU, not wall: robust on a
 shared machine), in microseconds per image:
 - ``read``: tar records from the shards (``read_shard``: the shard mapped, its members sliced);
+- ``read, records dropped``: the same over whole shards, each record dropped once counted (no fresh
+  memory: what a loader worker's reading costs), and ``read, checked (ALG)``: the same with each
+  shard hashed whole and compared with the manifest's digest, as the loader does
+  (``read_shard(digest=...)``), for xxh3_128 and sha256: the check's cost is the difference;
 - ``header``: ``_jpegcrop.header`` (the frame size, read from the SOF segment);
 - ``whole image at 1/8``: a whole-image 1/8 DCT-scaled decode: every block entropy-decoded, next
   to no IDCT / colour work; the floor of any loader that must entropy-decode every block (ours
@@ -54,6 +58,16 @@ def profile(data: str, *, images: int, res: int) -> dict:
         if len(recs) >= images:
             break
     t_read = time.process_time() - t0
+    entries = D.read_manifest(data)["splits"]["train"]["shards"]
+    checked = {}
+    for alg in (None, "xxh3_128", "sha256", None, "xxh3_128", "sha256"):  # twice, interleaved: best of 2
+        t0, m = time.process_time(), 0
+        for s, e in zip(shards, entries):
+            if m >= len(recs):
+                break
+            m += sum(1 for _ in D.read_shard(s.url, digest=(alg, e[alg]) if alg in e else None))
+        name = f"read, checked ({alg})" if alg else "read, records dropped"
+        checked[name] = min(checked.get(name, 1.0), (time.process_time() - t0) / m)
     jpgs = [r.jpg for r in recs]
     n = len(jpgs)
     sizes = [_jpegcrop.header(j)[:2] for j in jpgs]
@@ -63,7 +77,7 @@ def profile(data: str, *, images: int, res: int) -> dict:
     slot = np.empty((3, res, res), np.uint8)
     split = np.zeros(2)
     out = {"images": n, "mean_kb": sum(map(len, jpgs)) / n / 1000,
-           "read": t_read / n, "header": _cpu(_jpegcrop.header, jpgs) / n,
+           "read": t_read / n, **checked, "header": _cpu(_jpegcrop.header, jpgs) / n,
            "whole image at 1/8 (every block)": _cpu(lambda j: _jpegcrop.decode_region(j, 8, 0, 0, 1 << 20, 1 << 20),
                                                    jpgs) / n,
            "crop_into (the one C call)": _cpu(lambda jc: _jpegcrop.crop_into(jc[0], slot, *jc[1][0], jc[1][1],

@@ -9,6 +9,7 @@ from collections import Counter
 
 from imagenet_shards.pipeline.audit.observe import SampleObservation, ShardObservation
 from imagenet_shards.pipeline.audit.report import Problem
+from imagenet_shards.pipeline.format.digest import FAST
 from imagenet_shards.pipeline.format.keys import key_for, train_key_wnid
 from imagenet_shards.pipeline.format.manifest import samples_in_tar
 
@@ -147,6 +148,8 @@ def check_shard(entry: dict, obs: ShardObservation, split: str, classes: list[di
         out.append(Problem("shard_size", url, None, f"{obs.size} bytes, manifest says {entry['bytes']}{short}"))
     if obs.sha256 != entry["sha256"]:
         out.append(Problem("shard_sha256", url, None, f"sha256 {obs.sha256}, manifest says {entry['sha256']}"))
+    if FAST in entry and obs.xxh3_128 is not None and obs.xxh3_128 != entry[FAST]:  # optional field
+        out.append(Problem("shard_xxh3_128", url, None, f"xxh3_128 {obs.xxh3_128}, manifest says {entry[FAST]}"))
     if obs.md5 is not None and obs.md5 != entry["md5"]:
         out.append(Problem("shard_md5", url, None, f"md5 {obs.md5}, manifest says {entry['md5']}"))
     out += [Problem(kind, url, key, detail) for kind, key, detail in obs.tar_problems]

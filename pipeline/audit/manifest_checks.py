@@ -9,6 +9,7 @@ from collections import Counter
 
 from imagenet_shards.pipeline.audit.checks import TEST_SPLIT
 from imagenet_shards.pipeline.audit.report import Problem
+from imagenet_shards.pipeline.format.digest import FAST, is_digest
 from imagenet_shards.pipeline.format.label_spaces import list_sha256
 from imagenet_shards.pipeline.format.manifest import LEFT_OUT, info_json, wids_index
 
@@ -58,11 +59,11 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
         for i, sh in enumerate(s["shards"]):
             if not (isinstance(sh, dict) and isinstance(sh.get("url"), str) and isinstance(sh.get("num_samples"), int)
                     and isinstance(sh.get("bytes"), int) and _is_hex(sh.get("sha256"), 64)
-                    and _is_hex(sh.get("md5"), 32)
+                    and _is_hex(sh.get("md5"), 32) and (FAST not in sh or is_digest(FAST, sh[FAST]))
                     and all(isinstance(k, str) for k in (sh.get("excluded") if isinstance(sh.get("excluded"), list)
                                                          else [None] if "excluded" in sh else []))):
                 bad(f"splits.{name}.shards[{i}] lacks url, num_samples, bytes, sha256 or md5 (or its excluded "
-                    "is not a list of keys)")
+                    f"is not a list of keys, or its {FAST} is not 32 hex digits)")
                 shards_ok = False
                 continue
             absolute = sh["url"].startswith("/") or "://" in sh["url"]  # adopt --out points at the set's own place

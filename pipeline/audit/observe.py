@@ -13,6 +13,7 @@ import io
 from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.digest import FAST
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.prepare.image_formats import image_format_name
 
@@ -47,6 +48,7 @@ class ShardObservation:
     size: int | None = None
     sha256: str | None = None
     md5: str | None = None
+    xxh3_128: str | None = None
     tar_problems: list[tuple[str, str | None, str]] = field(default_factory=list)  # (kind, key, detail)
     samples: list[SampleObservation] = field(default_factory=list)
     complete: bool = False  # the tar parsed to its end marker
@@ -128,7 +130,7 @@ def observe_samples(members, deep: bool, problems: list):
 
 
 def observe_shard(url: str, *, deep: bool = False) -> ShardObservation:
-    """Read one shard once: size, sha256 (and md5 when deep), tar structure and every sample.
+    """Read one shard once: size, sha256 and xxh3_128 (and md5 when deep), tar structure and every sample.
 
     md5 only proves again what a matching sha256 proves; it is checked with `deep` (it costs as much
     as sha256 and the content digest together). Never raises for bad data.
@@ -144,7 +146,7 @@ def observe_shard(url: str, *, deep: bool = False) -> ShardObservation:
         return obs
     try:
         with storage.open_url(url, "rb") as f:
-            r = HashingReader(f, ("sha256", "md5") if deep else ("sha256",))
+            r = HashingReader(f, ("sha256", FAST, "md5") if deep else ("sha256", FAST))
             try:
                 for sample in observe_samples(iter_tar(r), deep, obs.tar_problems):
                     obs.samples.append(sample)  # one by one: a fault keeps the samples before it
@@ -155,6 +157,7 @@ def observe_shard(url: str, *, deep: bool = False) -> ShardObservation:
                     pass
             obs.sha256 = r.hexdigest("sha256")
             obs.md5 = r.hexdigest("md5") if deep else None
+            obs.xxh3_128 = r.hexdigest(FAST)
     except OSError as e:
         obs.read_error = f"{type(e).__name__}: {e}"
     return obs

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Iterable, NamedTuple
 
 from imagenet_shards.pipeline import __version__, storage
+from imagenet_shards.pipeline.format.digest import FAST
 from imagenet_shards.pipeline.format.keys import train_key_wnid
 from imagenet_shards.pipeline.format.subset import selects
 
@@ -75,6 +76,7 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
                 if any(x not in COUNTED_ONLY for x in f["fixes"]):
                     fix_samples.append(f)
             shards.append({**{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")},
+                           **({FAST: r[FAST]} if FAST in r else {}),  # records written before it lack it
                            **({"excluded": r["excluded"]} if r.get("excluded") else {})})
         num_samples = sum(sh["num_samples"] for sh in shards)
         entry = {

@@ -29,12 +29,12 @@ seek and nothing is being hashed.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import zlib
 from typing import Callable, Iterator, NamedTuple
 
+from imagenet_shards.pipeline.format.digest import new_hash
 from imagenet_shards.pipeline.format.keys import split_key
 
 BLOCK = 512
@@ -63,7 +63,7 @@ class HashingReader:
 
     def __init__(self, f, algorithms=("sha256", "md5"), block: int = 1 << 20):
         self._f, self._block = f, block
-        self.hashes = {a: hashlib.new(a) for a in algorithms}
+        self.hashes = {a: new_hash(a) for a in algorithms}  # hashlib names, or xxh3_128
         self._seek = not self.hashes and bool(getattr(f, "seekable", lambda: False)())
         self._end = _bytes_left(f) if self._seek else None  # None: unknown, skips are taken on trust
         self._buf, self._off = b"", 0

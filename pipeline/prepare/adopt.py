@@ -2,7 +2,7 @@
 
 timm's `imagenet-1k-wds` (`_info.json` + `imagenet1k-{train,validation}-NNNN.tar`, samples of
 `.jpg`/`.cls`/`.json`) or any set laid out alike is read once, never rewritten: every shard through
-the one strict tar reader, hashed (sha256, md5) from the same bytes, every sample checked. Nothing is
+the one strict tar reader, hashed (sha256, md5, xxh3_128) from the same bytes, every sample checked. Nothing is
 adopted unless the set is intact and its labels are proven (or, with `--trust-labels`, knowingly
 taken on trust); then our manifest, the wids indexes and, where none exists, `_info.json` are
 written beside the shards (or in `--out`, the shard urls then absolute), so audit-shards, the loader
@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, wnid_names
+from imagenet_shards.pipeline.format.digest import FAST
 from imagenet_shards.pipeline.format.label_spaces import (is_imagenet_1k, known_names, label_space as
                                                           named_space, present_space)
 from imagenet_shards.pipeline.format.manifest import (INFO_SPLIT_NAMES, MANIFEST_NAME, build_manifest, info_json,
@@ -289,7 +290,7 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
                                  "fingerprint": f"shards-sha256:{fingerprint}"})
         state["splits"][split] = {"plan_rejected": [], "images_in": sum(len(s.keys) for s in mine)}
         records[split] = [{"index": i, "url": url(s.rel), "num_samples": len(s.keys) - len(s.excluded),
-                           "bytes": s.bytes, "sha256": s.sha256, "md5": s.md5, "skipped": [], "fixed": [],
+                           "bytes": s.bytes, "sha256": s.sha256, "md5": s.md5, FAST: s.xxh3_128, "skipped": [], "fixed": [],
                            "rejected": [{"split": split, "key": key, "source": s.rel, "reason": reason,
                                          "detail": detail} for key, reason, detail in s.excluded],
                            **({"excluded": sorted(key for key, _, _ in s.excluded)} if s.excluded else {}),

@@ -1,5 +1,5 @@
 """Reading one shard of a set `prepare-shards adopt` takes over: every member through the one strict
-tar reader (`format.tar`), sha256 and md5 of the same bytes, samples grouped by webdataset's rule
+tar reader (`format.tar`), sha256, md5 and xxh3_128 of the same bytes, samples grouped by webdataset's rule
 (a run of members with one key), and each sample checked and asked which class it names.
 
 Runs in worker processes (`adopt` hands the shards to `parallel.run_jobs`) and never raises for bad
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
+from imagenet_shards.pipeline.format.digest import FAST
 from imagenet_shards.pipeline.format.tar import REGULAR, HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.prepare.image_formats import failure_reason, image_format_name, sniff_format
 
@@ -42,6 +43,7 @@ class ShardScan:
     bytes: int = 0
     sha256: str = ""
     md5: str = ""
+    xxh3_128: str = ""
     keys: list = field(default_factory=list)
     exts: Counter = field(default_factory=Counter)  # member extension -> samples that have it
     labels: Counter = field(default_factory=Counter)  # .cls -> samples
@@ -148,7 +150,7 @@ def alt_labels(members: dict[str, bytes]) -> dict[str, int]:
 
 
 def scan_shard(url: str, rel: str, split: str, deep: bool = False, exclude_bad: bool = False) -> ShardScan:
-    """Read one shard once (strict tar reader, sha256 + md5 of the same bytes) and check every sample.
+    """Read one shard once (strict tar reader, sha256, md5 and xxh3_128 of the same bytes) and check every sample.
     Never raises for bad data: what is wrong becomes `problems`; with `exclude_bad`, a sample whose
     image nothing decodes is `excluded` instead (its label is then not used)."""
     scan, names = ShardScan(rel, split), _name_lookup()
@@ -180,7 +182,7 @@ def scan_shard(url: str, rel: str, split: str, deep: bool = False, exclude_bad: 
 
     try:
         with storage.open_url(url, "rb") as f:
-            r = HashingReader(f)
+            r = HashingReader(f, ("sha256", "md5", FAST))
             key, members = None, {}
             try:
                 for m in iter_tar(r, where=storage.redact(url)):
@@ -203,6 +205,7 @@ def scan_shard(url: str, rel: str, split: str, deep: bool = False, exclude_bad: 
                 for _ in r.read_rest():
                     pass
             scan.bytes, scan.sha256, scan.md5 = r.bytes_read, r.hexdigest("sha256"), r.hexdigest("md5")
+            scan.xxh3_128 = r.hexdigest(FAST)
     except FileNotFoundError:
         scan.problem("shard_missing", None, "listed but not there")
     except OSError as e:

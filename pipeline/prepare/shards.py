@@ -25,6 +25,7 @@ import os
 import tarfile
 from collections import Counter
 
+from imagenet_shards.pipeline.format.digest import FAST, new_hash
 from imagenet_shards.pipeline.format.manifest import COUNTED_ONLY
 from imagenet_shards.pipeline.storage.atomic import atomic_open
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, process_image
@@ -95,7 +96,7 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     rejected, skipped, fixed, class_counts, written = [], [], [], {}, 0
     fix_counts: Counter = Counter()
     failed: dict[str, Counter] = {}  # wnid -> reasons: planned images of the class that are not samples
-    digests = (hashlib.sha256(), hashlib.md5())
+    digests = (hashlib.sha256(), hashlib.md5(), new_hash(FAST))
     with SourceFiles() as sources, atomic_open(os.path.join(out_dir, spec.url)) as raw:
         hashing = _HashingWriter(raw, digests)
         with tarfile.open(fileobj=hashing, mode="w|") as tw:
@@ -122,7 +123,7 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     return {
         "split": spec.split, "index": spec.index, "url": spec.url,
         "num_samples": written, "planned": len(spec),
-        "bytes": size, "sha256": digests[0].hexdigest(), "md5": digests[1].hexdigest(),
+        "bytes": size, "sha256": digests[0].hexdigest(), "md5": digests[1].hexdigest(), FAST: digests[2].hexdigest(),
         "class_counts": dict(sorted(class_counts.items())),
         "rejected": rejected, "skipped": skipped, "fixed": fixed, "fix_counts": dict(sorted(fix_counts.items())),
         "failed_by_class": {w: dict(sorted(c.items())) for w, c in sorted(failed.items())},

@@ -95,6 +95,8 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
                   out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """(uint8 [3,S,S] array, label) for one record, the image written into ``out`` when given (a
     batch slot; with an augmentation, only after it ran); DecodeError names what is wrong with it."""
+    if rec.bad is not None:
+        raise dec.DecodeError(rec.bad)
     if rec.jpg is None:
         raise dec.DecodeError("missing .jpg")
     if rec.cls is None:

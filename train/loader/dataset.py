@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.digest import shard_check
 from imagenet_shards.pipeline.interrupts import RUN_SIGNALS
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
@@ -30,7 +31,7 @@ from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, 
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, pieces_at
 from imagenet_shards.train.loader.position import EpochProgress, crop_seed, resume_stream
-from imagenet_shards.train.loader.reading import open_url, read_pieces
+from imagenet_shards.train.loader.reading import BAD_SHARDS, open_url, read_pieces
 from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,11 @@ class ShardDataset(IterableDataset):
     def __init__(self, shards: list[Shard], *, batch_size: int, cfg: DecodeConfig, workers: int, seed: int,
                  rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0,
                  cache: ShardCache | None = None, prefetch_factor: int = 4, repeats: int = 1,
-                 readahead: storage.ReadAheadPolicy | None = None, shard_bytes: list[int | None] | None = None):
+                 readahead: storage.ReadAheadPolicy | None = None, shard_bytes: list[int | None] | None = None,
+                 digests: list | None = None, bad_shards: str = "stop"):
         self.shards = shards
+        # each shard's (algorithm, hex digest) from the manifest, checked as it is read (``reading.read_shard``)
+        self.digests, self.bad_shards = digests, bad_shards
         self.opener = cache.open if cache is not None else open_url
         # remote shards without a cache: parallel ranged reads running ahead (``storage.readahead``)
         self.readahead = readahead if cache is None else None
@@ -121,7 +125,8 @@ class ShardDataset(IterableDataset):
         if self._counters is None:
             self._counters = storage.ReadCounters()
         records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip, readahead=self.readahead,
-                              shard_bytes=self.shard_bytes, counters=self._counters)
+                              shard_bytes=self.shard_bytes, counters=self._counters, digests=self.digests,
+                              bad_shards=self.bad_shards)
         records = self._publishing(records, info.id if info is not None else 0)
         if cfg.train:
             records = position.worker_stream(records, plan, self.shuffle_buffer, seed)
@@ -137,7 +142,8 @@ class ShardDataset(IterableDataset):
         def refill():  # the records of the batch a starved batch repeats, read again (rare: spares ran out)
             a, b = start.refill_start, start.refill_stop
             copies = position.copy_numbers(plan, order, a, b)
-            records = read_pieces(self.shards, pieces_at(plan.pieces, order[a:b]), opener=self.opener)
+            records = read_pieces(self.shards, pieces_at(plan.pieces, order[a:b]), opener=self.opener,
+                                  digests=self.digests, bad_shards=self.bad_shards)
             return (rec._replace(copy=c) for rec, c in zip(records, copies))
 
         # repeated augmentation: the copies of a sample on different ranks get different crops
@@ -389,7 +395,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 pin_memory: bool = False, persistent_workers: bool = False, prefetch_factor: int = 4,
                 strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
                 val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False,
-                readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy()) -> ShardLoader:
+                readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy(), bad_shards: str = "stop",
+                verify: bool = True) -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
@@ -400,7 +407,10 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     resize + crop. ``repeats`` > 1: repeated augmentation in train (``plan.repeated_plan``).
     ``keys``: eval batches come as (images, labels, keys). ``readahead``: how remote shards are read
     without a cache (parallel ranged reads ahead of the decoder, ``storage.readahead``; None: one
-    sequential stream per shard)."""
+    sequential stream per shard). ``verify``: check each shard read against the manifest's digest
+    (xxh3_128, else sha256; ``reading.read_shard``); ``bad_shards``: what a shard that fails does,
+    ``"stop"`` (a ``ShardDigestError`` naming it) or ``"skip"`` (its samples counted as bad samples,
+    with the reason)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -413,6 +423,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
         raise ValueError(f"val_crop {val_crop} is larger than val_resize {val_resize}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if bad_shards not in BAD_SHARDS:
+        raise ValueError(f"bad_shards must be one of {', '.join(BAD_SHARDS)}, got {bad_shards!r}")
     dec.make_aug(aug)  # validate the name early
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
@@ -423,7 +435,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
                            world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch,
                            cache=cache, prefetch_factor=prefetch_factor, repeats=repeats, readahead=readahead,
-                           shard_bytes=_shard_bytes(manifest, split))
+                           shard_bytes=_shard_bytes(manifest, split), bad_shards=bad_shards,
+                           digests=[shard_check(s) for s in manifest["splits"][split]["shards"]] if verify else None)
     return ShardLoader(dataset, workers=workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
                        prefetch_factor=prefetch_factor, keys=keys and not train)
 

@@ -23,6 +23,7 @@ from imagenet_shards.pipeline.audit.observe import SampleObservation, observe_sa
 from imagenet_shards.pipeline.audit.run import AuditError, audit, load_manifest
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, imagenet_1k_facts
+from imagenet_shards.pipeline.format.digest import FAST, hex_of
 from imagenet_shards.pipeline.format.manifest import dumps, wids_index
 
 pytestmark = pytest.mark.timeout(120)
@@ -81,7 +82,8 @@ def rewrite_shard(d, url: str, edit) -> None:
     for split, s in m["splits"].items():
         for sh in s["shards"]:
             if sh["url"] == url:
-                sh.update(bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest(), md5=hashlib.md5(raw).hexdigest())
+                sh.update(bytes=len(raw), sha256=hashlib.sha256(raw).hexdigest(), md5=hashlib.md5(raw).hexdigest(),
+                          **{FAST: hex_of(FAST, raw)})
                 (d / f"{split}.wids.json").write_text(dumps(wids_index(m, split)))
     m["totals"]["bytes"] = sum(sh["bytes"] for s in m["splits"].values() for sh in s["shards"])
     (d / "manifest.json").write_text(dumps(m))
@@ -151,7 +153,7 @@ def test_flipped_byte(data, capsys):
     path.write_bytes(bytes(raw))
     rc, out, _ = run_cli([data, "--quiet"], capsys)
     assert rc == 1
-    assert "shard_sha256" in out and str(path.relative_to(data)) in out
+    assert "shard_sha256" in out and "shard_xxh3_128" in out and str(path.relative_to(data)) in out
     assert "shard_md5" in kinds(audit(data, deep=True, workers=1, progress=False))
 
 
@@ -186,7 +188,7 @@ def test_bytes_after_the_end_marker_do_not_drop_the_last_sample_from_the_count(d
         raw[-100:-93] = b"garbage"
     path.write_bytes(bytes(raw))
     r = audit(data, workers=1, progress=False)
-    assert kinds(r) == {"tar_trailing_garbage", "shard_sha256"} | ({"shard_size"} if where == "appended" else set())
+    assert kinds(r) == {"tar_trailing_garbage", "shard_sha256", "shard_xxh3_128"} | ({"shard_size"} if where == "appended" else set())
 
 
 def test_missing_shard(data):

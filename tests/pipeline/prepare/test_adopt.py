@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from imagenet_shards.pipeline.audit.cli import main as audit_main
+from imagenet_shards.pipeline.format.digest import hex_of
 from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.prepare.adopt import label_space, split_of
 from imagenet_shards.pipeline.prepare.adopt_scan import image_format, sample_evidence
@@ -192,6 +193,8 @@ def test_adopt_in_place_then_audit_and_load_exactly_once(samples, tmp_path, caps
     assert m["sources"][0]["kind"] == "adopted-webdataset"
     assert [sh["url"] for sh in m["splits"]["train"]["shards"]][:2] == ["imagenet1k-train-0000.tar",
                                                                         "imagenet1k-train-0001.tar"]
+    assert all(sh["xxh3_128"] == hex_of("xxh3_128", (src / sh["url"]).read_bytes())  # the loader's check
+               for split in m["splits"].values() for sh in split["shards"])
     assert audit_main([str(src), "--quiet", "--workers", "2", "--deep"]) == 0
     expect_exactly_once(str(src), samples, lambda s: int(s["cls"]))
 
