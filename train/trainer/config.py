@@ -137,6 +137,8 @@ class TrainConfig:
                                       "training from a bucket)")
     cache_size: int | None = flag(None, type=storage.positive_size, metavar="SIZE",  # bytes
                                   help="cap of --cache-dir, e.g. 200GB (default: 90%% of that disk)")
+    skip_bad_shards: bool = flag(False, help="a shard whose bytes do not match the manifest's digest: count its "
+                                             "samples as bad samples and go on, instead of stopping the run")
     storage_option: list = flag([], add=storage.add_storage_option)  # KEY=VALUE for the --data URL; saved as keys only
 
     arch: str = flag("resnet50", group="model and optimizer", help="torchvision model name (default {default})")

@@ -160,6 +160,10 @@ def test_train_imagenet_stops_in_one_line_exit_2_naming_audit_shards(intact, fli
     assert train_main([*args, "--epochs", "2"]) == 2  # resumes after epoch 0, reads the changed shard
     err = [line for line in capsys.readouterr().err.splitlines() if "do not match the manifest" in line]
     assert len(err) == 1 and bad_url(data).rsplit("/", 1)[-1] in err[0] and "audit-shards" in err[0]
+    assert train_main([*args, "--epochs", "2", "--skip-bad-shards"]) == 0  # the user's choice: go on, counted
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        last = [json.loads(line) for line in f if '"epoch"' in line][-1]
+    assert last["epoch"] == 1 and last["bad_samples"] == PER_SHARD  # every sample of the changed shard
 
 
 @pytest.mark.parametrize("opener", [D.open_url, streamed], ids=["mapped", "streamed"])

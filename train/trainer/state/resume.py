@@ -34,7 +34,7 @@ EXECUTION = frozenset({
     "checkpoint_every", "stop_check_every", "dist_backend",
     # evaluation only, and how a recipe was fitted to the world size (its effects show as the fields it set)
     "eval_every", "tta", "eval_real", "val_crop_ratio", "no_val", "recipe_scaling",
-    "device_adaptations",
+    "device_adaptations", "skip_bad_shards",
 })
 # What a run leaves in RUN_DIR (moved aside together by --overwrite, so two runs' files never mix).
 CHECKPOINTS = (LATEST, PREVIOUS, BEST, MID)
