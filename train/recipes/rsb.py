@@ -89,7 +89,7 @@ A3 = Recipe(
         "for the crop and for RandAugment's geometric ops, and tests with bicubic; our decoder resamples bilinearly "
         "everywhere (torchvision's tensor affine has no bicubic)",
         "RandAugment: timm's op set, magnitudes and probabilities on torchvision's tensor ops instead of PIL's "
-        "(train/loader/augment.py); the colour ops agree with PIL's up to rounding",
+        "(train/augment/policies.py); the colour ops agree with PIL's up to rounding",
         "cooldown: timm 0.5 appends --cooldown-epochs (default 10) at min-lr after the cosine; we train the paper's "
         "100 epochs (the table's forward-pass count)",
         "sample order: timm's DistributedSampler permutes samples each epoch; ours reads shards in a seeded "
