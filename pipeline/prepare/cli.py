@@ -39,6 +39,8 @@ _EPILOG = "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Long (~90 lines) because it is the flat list of prepare-shards' flags in --help order, one
+    # add_argument each; the logic lives in config.py and run.py.
     p = OneLineParser(
         prog="prepare-shards", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="\n\n".join(__doc__.split("\n\n")[:2]),

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-STARTUP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR1", None)) if s)
+from imagenet_shards.pipeline.interrupts import RUN_SIGNALS  # the one signal list; a light import (no torch)
 
 
 def _stopped_while_starting(signum, frame) -> None:
@@ -33,7 +33,7 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    for signum in STARTUP_SIGNALS:
+    for signum in RUN_SIGNALS:
         signal.signal(signum, _stopped_while_starting)
     from imagenet_shards.train.trainer.cli import main as cli_main
 
