@@ -140,11 +140,23 @@ class ProcSampler:
 
 def cores_between(series: list, column: int, t0: float | None = None, t1: float | None = None) -> float | None:
     """Cores' worth of CPU (column 1: the main process, 2: its children) between unix times t0 and t1
-    (default: the whole series), from the samples nearest inside that span."""
-    inside = [s for s in series if (t0 is None or s[0] >= t0) and (t1 is None or s[0] <= t1)]
-    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+    (default: the whole series). The CPU counters are read at t0 and t1 by linear interpolation
+    between the samples either side, so a window shorter than the sampling interval (a fast box's
+    smoke run) still gets its figure; None when the series does not span the window."""
+    if len(series) < 2:
         return None
-    return (inside[-1][column] - inside[0][column]) / (inside[-1][0] - inside[0][0])
+    t0 = series[0][0] if t0 is None else t0
+    t1 = series[-1][0] if t1 is None else t1
+    if t1 <= t0 or t0 < series[0][0] or t1 > series[-1][0]:
+        return None
+
+    def at(t: float) -> float:
+        for a, b in zip(series, series[1:]):
+            if a[0] <= t <= b[0]:
+                return a[column] if b[0] == a[0] else a[column] + (b[column] - a[column]) * (t - a[0]) / (b[0] - a[0])
+        raise AssertionError("inside the series by the check above")
+
+    return (at(t1) - at(t0)) / (t1 - t0)
 
 
 def window(records: list[dict], batch: int, *, world: int = 1, epochs=(1,), skip: int = 0,

@@ -210,6 +210,18 @@ def test_the_window_reads_a_slow_loader_right_where_the_first_epoch_reads_it_as_
     assert fast["img_per_s"] / model == pytest.approx(1.0, abs=0.01)
 
 
+def test_cpu_over_a_window_shorter_than_the_sampling_interval_is_interpolated():
+    # samples every 0.25 s; the main process busy 1 core, its children 2 (CI's fast box gave a
+    # smoke window with fewer than two samples inside it: the figure was None)
+    series = [(100.0 + 0.25 * i, 0.25 * i, 0.5 * i) for i in range(5)]
+    assert report.cores_between(series, 1, 100.3, 100.4) == pytest.approx(1.0)
+    assert report.cores_between(series, 2, 100.3, 100.4) == pytest.approx(2.0)
+    assert report.cores_between(series, 1) == pytest.approx(1.0)
+    assert report.cores_between(series, 1, 99.0, 100.4) is None  # before the first sample: unknown
+    assert report.cores_between(series, 1, 100.4, 101.5) is None  # past the last
+    assert report.cores_between(series[:1], 1) is None
+
+
 def test_profile_steady_leaves_out_warm_up_and_log_steps():
     per_step = [{"step": k, "ms": 10.0, "host_syncs": 1 if k in (10, 20, 30) else 0, "item_calls": 0,
                  "dtoh_copies": 0, "other_thread_syncs": 2} for k in range(2, 32)]
