@@ -18,6 +18,7 @@ per image, ~1.3 M entries held by the process that assembles the manifest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -91,39 +92,62 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(ti, io.BytesIO(data))
 
 
+class ShardWriter:
+    """A shard being written (`open_shard`): `add` appends one member; `digests()` once it is closed."""
+
+    def __init__(self, tar: tarfile.TarFile, hashes):
+        self._tar, self._hashes, self.size = tar, hashes, None
+
+    def add(self, name: str, data: bytes) -> None:
+        _add(self._tar, name, data)
+
+    def digests(self) -> dict:
+        """The record's `bytes`, `sha256`, `md5` and `xxh3_128` of the written shard."""
+        sha256, md5, fast = self._hashes
+        return {"bytes": self.size, "sha256": sha256.hexdigest(), "md5": md5.hexdigest(), FAST: fast.hexdigest()}
+
+
+@contextlib.contextmanager
+def open_shard(path: str):
+    """A ShardWriter over a temp tar beside `path`, hashed as it is written (not re-read); fsynced and
+    renamed to `path` when the block ends without error, removed otherwise. Add a sample's members in
+    sorted extension order."""
+    hashes = (hashlib.sha256(), hashlib.md5(), new_hash(FAST))
+    with atomic_open(path) as raw:
+        with tarfile.open(fileobj=_HashingWriter(raw, hashes), mode="w|") as tar:
+            writer = ShardWriter(tar, hashes)
+            yield writer
+        writer.size = raw.tell()
+
+
 def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     """Write `spec` under out_dir/spec.url (temp name, fsync, rename) and return its record."""
     rejected, skipped, fixed, class_counts, written = [], [], [], {}, 0
     fix_counts: Counter = Counter()
     failed: dict[str, Counter] = {}  # wnid -> reasons: planned images of the class that are not samples
-    digests = (hashlib.sha256(), hashlib.md5(), new_hash(FAST))
-    with SourceFiles() as sources, atomic_open(os.path.join(out_dir, spec.url)) as raw:
-        hashing = _HashingWriter(raw, digests)
-        with tarfile.open(fileobj=hashing, mode="w|") as tw:
-            for s in spec.samples:
-                data = sources.read_member(s)
-                r = unpack_result(data) if spec.preprocessed else process_image(data, policy)
-                where = {"split": spec.split, "key": s.key, "source": s.source}
-                if r.status in ("rejected", "skipped"):
-                    (rejected if r.status == "rejected" else skipped).append(
-                        {**where, "reason": r.reason, "detail": r.detail})
-                    if s.wnid is not None:
-                        failed.setdefault(s.wnid, Counter())[r.reason] += 1
-                    continue
-                _add(tw, f"{s.key}.cls", str(s.label).encode())  # sorted extensions: cls, jpg, json
-                _add(tw, f"{s.key}.jpg", r.data)
-                _add(tw, f"{s.key}.json", sample_json(s, r))
-                written += 1
-                if s.wnid is not None:  # test samples have no class
-                    class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1
-                fix_counts.update(r.fixes)
-                if any(x not in COUNTED_ONLY for x in r.fixes):
-                    fixed.append({"split": spec.split, "key": s.key, "fixes": list(r.fixes)})
-        size = raw.tell()
+    with SourceFiles() as sources, open_shard(os.path.join(out_dir, spec.url)) as tw:
+        for s in spec.samples:
+            data = sources.read_member(s)
+            r = unpack_result(data) if spec.preprocessed else process_image(data, policy)
+            where = {"split": spec.split, "key": s.key, "source": s.source}
+            if r.status in ("rejected", "skipped"):
+                (rejected if r.status == "rejected" else skipped).append(
+                    {**where, "reason": r.reason, "detail": r.detail})
+                if s.wnid is not None:
+                    failed.setdefault(s.wnid, Counter())[r.reason] += 1
+                continue
+            tw.add(f"{s.key}.cls", str(s.label).encode())  # sorted extensions: cls, jpg, json
+            tw.add(f"{s.key}.jpg", r.data)
+            tw.add(f"{s.key}.json", sample_json(s, r))
+            written += 1
+            if s.wnid is not None:  # test samples have no class
+                class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1
+            fix_counts.update(r.fixes)
+            if any(x not in COUNTED_ONLY for x in r.fixes):
+                fixed.append({"split": spec.split, "key": s.key, "fixes": list(r.fixes)})
     return {
         "split": spec.split, "index": spec.index, "url": spec.url,
-        "num_samples": written, "planned": len(spec),
-        "bytes": size, "sha256": digests[0].hexdigest(), "md5": digests[1].hexdigest(), FAST: digests[2].hexdigest(),
+        "num_samples": written, "planned": len(spec), **tw.digests(),
         "class_counts": dict(sorted(class_counts.items())),
         "rejected": rejected, "skipped": skipped, "fixed": fixed, "fix_counts": dict(sorted(fix_counts.items())),
         "failed_by_class": {w: dict(sorted(c.items())) for w, c in sorted(failed.items())},
