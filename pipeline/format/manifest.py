@@ -31,6 +31,13 @@ LEFT_OUT = ("excluded_by_subset", "excluded_by_label_space", "held_out")
 # Fixes that are only counted in the manifest's `fixed.counts`, never listed per sample: policy-wide
 # steps that touch a large share of the samples (docs/format.md).
 COUNTED_ONLY = ("resized", "restart_markers")
+JPEG_FORM = "jpeg"  # the stored form of a set of .jpg samples; a manifest without `form` is one (pixels.FORM: the other)
+
+
+def manifest_form(m: dict) -> str:
+    """The stored form of a manifest's samples: "jpeg", or the pixel form (`pixels.FORM`)."""
+    return m.get("form", JPEG_FORM)
+
 
 def dumps(obj) -> str:
     """The manifest's JSON text: sorted keys, one-space indent, UTF-8 as is, a final newline (stable bytes)."""
@@ -49,58 +56,13 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
     ``records``: per split, its shard records in index order; each is read once and not kept, so an
     iterator that reads them one by one keeps one record in memory at a time. A record's
     ``fix_counts`` counts its fixes and its ``fixed`` lists only the samples the manifest lists;
-    records written before ``fix_counts`` existed list every fixed sample and are counted here."""
+    records written before ``fix_counts`` existed list every fixed sample and are counted here.
+    A derived set's state (prepare-shards derive) adds its `form`, `max_side` and `derived_from`."""
     splits, rejected, skipped, fix_samples = {}, [], [], []
     fix_counts: Counter = Counter()
-    subset = state["config"].get("subset")
     for split, split_state in sorted(state["splits"].items()):
-        split_rejected = list(split_state["plan_rejected"])
-        split_skipped = list(split_state.get("plan_skipped", []))
-        class_counts: Counter = Counter()
-        failed: dict[str, Counter] = {}
-        shards, last = [], -1
-        for r in records[split]:
-            if r["index"] <= last:
-                raise ValueError(f"{split} shard records out of order: {r['index']} after {last}")
-            last = r["index"]
-            split_rejected += r["rejected"]
-            split_skipped += r["skipped"]
-            class_counts.update(r["class_counts"])
-            for wnid, reasons in _failed_by_class(r).items():
-                failed.setdefault(wnid, Counter()).update(reasons)
-            if "fix_counts" in r:
-                fix_counts.update(r["fix_counts"])
-            for f in r["fixed"]:
-                if "fix_counts" not in r:
-                    fix_counts.update(f["fixes"])
-                if any(x not in COUNTED_ONLY for x in f["fixes"]):
-                    fix_samples.append(f)
-            shards.append({**{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")},
-                           **({FAST: r[FAST]} if FAST in r else {}),  # records written before it lack it
-                           **({"excluded": r["excluded"]} if r.get("excluded") else {})})
-        num_samples = sum(sh["num_samples"] for sh in shards)
-        entry = {
-            "num_samples": num_samples,
-            "num_shards": len(shards),
-            "images_in": split_state["images_in"],
-            "num_rejected": len(split_rejected),
-            "num_skipped": len(split_skipped),
-            "class_counts": dict(sorted(class_counts.items())),
-            "shards": shards,
-        }
-        for k in LEFT_OUT:
-            if k in split_state:
-                entry[k] = split_state[k]
-        if "held_out_from" in split_state:
-            entry["held_out_from"] = split_state["held_out_from"]
-        if selects(subset, split):  # the classes a draw left short: drawn images rejected or skipped
-            entry["short_classes"] = {w: {"drawn": class_counts[w] + sum(c.values()), "samples": class_counts[w],
-                                          "reasons": dict(sorted(c.items()))} for w, c in sorted(failed.items())}
-        if entry["images_in"] != (num_samples + entry["num_rejected"] + entry["num_skipped"]
-                                  + sum(entry.get(k, 0) for k in LEFT_OUT)):
-            raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
-                                 f"{entry['num_rejected']} rejected, {entry['num_skipped']} skipped, "
-                                 + ", ".join(f"{entry.get(k, 0)} {k}" for k in LEFT_OUT))
+        entry, split_rejected, split_skipped = _split_entry(split, split_state, records[split], state["config"],
+                                                            fix_counts, fix_samples)
         splits[split] = entry
         rejected += split_rejected
         skipped += split_skipped
@@ -117,6 +79,7 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "tool": {"name": "imagenet-shards", "version": __version__},
         "name": state.get("dataset", DATASET_NAME),
+        "form": state.get("form", JPEG_FORM),
         "config": state["config"],
         "sources": state["sources"],
         "classes": state["classes"],
@@ -128,9 +91,56 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
         "totals": totals,
         "conservation": " + ".join([CONSERVATION, *terms]),
     }
-    if "label_space" in state:  # a run that named one (an ILSVRC run without --label-space has none)
-        out["label_space"] = state["label_space"]
+    for k in ("label_space", "max_side", "derived_from"):  # only where the run has them
+        if k in state:
+            out[k] = state[k]
     return out
+
+
+def _split_entry(split: str, split_state: dict, records: Iterable[dict], config: dict, fix_counts: Counter,
+                 fix_samples: list) -> tuple[dict, list, list]:
+    """One split's manifest entry from its state and shard records, with its rejected and skipped
+    lists; adds the records' fixes to `fix_counts` and the listed ones to `fix_samples`."""
+    split_rejected = list(split_state["plan_rejected"])
+    split_skipped = list(split_state.get("plan_skipped", []))
+    class_counts: Counter = Counter()
+    failed: dict[str, Counter] = {}
+    shards, last = [], -1
+    for r in records:
+        if r["index"] <= last:
+            raise ValueError(f"{split} shard records out of order: {r['index']} after {last}")
+        last = r["index"]
+        split_rejected += r["rejected"]
+        split_skipped += r["skipped"]
+        class_counts.update(r["class_counts"])
+        for wnid, reasons in _failed_by_class(r).items():
+            failed.setdefault(wnid, Counter()).update(reasons)
+        if "fix_counts" in r:
+            fix_counts.update(r["fix_counts"])
+        for f in r["fixed"]:
+            if "fix_counts" not in r:
+                fix_counts.update(f["fixes"])
+            if any(x not in COUNTED_ONLY for x in f["fixes"]):
+                fix_samples.append(f)
+        shards.append({**{k: r[k] for k in ("url", "num_samples", "bytes", "sha256", "md5")},
+                       **({FAST: r[FAST]} if FAST in r else {}),  # records written before it lack it
+                       **({"excluded": r["excluded"]} if r.get("excluded") else {})})
+    num_samples = sum(sh["num_samples"] for sh in shards)
+    entry = {"num_samples": num_samples, "num_shards": len(shards), "images_in": split_state["images_in"],
+             "num_rejected": len(split_rejected), "num_skipped": len(split_skipped),
+             "class_counts": dict(sorted(class_counts.items())), "shards": shards}
+    for k in (*LEFT_OUT, "held_out_from"):
+        if k in split_state:
+            entry[k] = split_state[k]
+    if selects(config.get("subset"), split):  # the classes a draw left short: drawn images rejected or skipped
+        entry["short_classes"] = {w: {"drawn": class_counts[w] + sum(c.values()), "samples": class_counts[w],
+                                      "reasons": dict(sorted(c.items()))} for w, c in sorted(failed.items())}
+    if entry["images_in"] != (num_samples + entry["num_rejected"] + entry["num_skipped"]
+                              + sum(entry.get(k, 0) for k in LEFT_OUT)):
+        raise AssertionError(f"conservation broken for {split}: {entry['images_in']} in, {num_samples} out, "
+                             f"{entry['num_rejected']} rejected, {entry['num_skipped']} skipped, "
+                             + ", ".join(f"{entry.get(k, 0)} {k}" for k in LEFT_OUT))
+    return entry, split_rejected, split_skipped
 
 
 def _failed_by_class(record: dict) -> dict[str, dict[str, int]]:

@@ -5,6 +5,7 @@
     prepare-shards ... --out s3://bucket/imagenet-shards   # any fsspec URL: staged locally, uploaded
     prepare-shards finalize OUT      # assemble the manifest after multi-machine --part runs
     prepare-shards adopt SRC [--out DIR]   # take over an existing WebDataset ImageNet shard set
+    prepare-shards derive SRC --pixels yuv420 --max-side 400 --out DST   # the pixel form of a shard set
 
 Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run.
 """
@@ -299,6 +300,9 @@ def _main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["adopt"]:
         return adopt_main(argv[1:])
+    if argv[:1] == ["derive"]:
+        from imagenet_shards.pipeline.prepare.derive_cli import derive_main
+        return derive_main(argv[1:], _print_summary, _fail)
     if argv[:1] == ["finalize"]:
         args = build_finalize_parser().parse_args(argv[1:])
         try:

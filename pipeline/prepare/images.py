@@ -243,10 +243,8 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
     box = None  # region of the (possibly drafted) image that maps to the full original
     if passthrough:
         img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
-    elif needs_resize and is_jpeg and width >= 2 * stored_target[0] and height >= 2 * stored_target[1]:
-        drafted = img.draft(img.mode, stored_target)
-        if drafted is not None:
-            box = drafted[1]
+    elif needs_resize:
+        box = _draft(img, stored_target)
     try:
         img.load()
     except Exception as e:  # noqa: BLE001 - decoder errors are verdicts on the data
@@ -272,12 +270,36 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
         rgb = rgb.transpose(method)
         fixes.append("exif_transpose")
     if needs_resize:
-        rgb = rgb.resize(target, _RESAMPLE, box=box)
+        rgb = rgb.resize(target, _RESAMPLE, box=box)  # with _draft: the one resize (decode_resized too)
         fixes.append("resized")
     if not fixes:
         fixes.append("reencoded")
     return _ok(_encode_jpeg(rgb, policy.quality, policy.restart_markers), rgb.size, (width, height),
                tuple(fixes), fmt, passthrough=False)
+
+
+def _draft(img: Image.Image, target: tuple[int, int]) -> tuple | None:
+    """Reduce a not yet loaded JPEG in the DCT domain (by 2, 4 or 8, to at least `target`) when it is
+    at least twice the target; the box of the drafted image that maps to the full original, or None."""
+    if img.format in JPEG_FAMILY and img.width >= 2 * target[0] and img.height >= 2 * target[1]:
+        drafted = img.draft(img.mode, target)
+        if drafted is not None:
+            return drafted[1]
+    return None
+
+
+def decode_resized(data: bytes, resize: str) -> np.ndarray:
+    """An image's pixels as an H x W x 3 uint8 RGB array, resized per `resize` (never upscaled)
+    exactly as `process_image` resizes (DCT draft for large reductions, then LANCZOS to the size
+    computed from the original dimensions), with no EXIF rotation: what prepare-shards derive
+    stores. Raises what PIL raises for data it cannot decode (OSError, ValueError, ...)."""
+    with Image.open(io.BytesIO(data), formats=_OPEN_FORMATS) as img:
+        orig = img.size
+        target = resized_size(*orig, resize)
+        box = _draft(img, target) if target != orig else None
+        img.load()
+        rgb = _to_rgb(img, [])
+        return np.asarray(rgb.resize(target, _RESAMPLE, box=box) if target != orig else rgb)
 
 
 def _to_rgb(img: Image.Image, fixes: list[str]) -> Image.Image:

@@ -205,9 +205,10 @@ class LocalOut:
             return os.path.join(self.staging, f"_{name}")
         return self.path(f"{STATE_DIR}/{name}")
 
-    def build(self, spec: ShardSpec, policy) -> dict:
-        """Build one shard in place (in a worker process) and return its record."""
-        return build_shard(spec, self.root, policy)
+    def build(self, spec: ShardSpec, policy, builder=build_shard) -> dict:
+        """Build one shard in place (in a worker process) and return its record; `builder(spec,
+        folder, policy)` writes it there (prepare's build_shard, derive's derive_shard)."""
+        return builder(spec, self.root, policy)
 
     def close(self) -> None:
         pass
@@ -368,10 +369,10 @@ class RemoteOut:
     def clean_tmp_json(self) -> None:
         pass
 
-    def build(self, spec: ShardSpec, policy) -> dict:
+    def build(self, spec: ShardSpec, policy, builder=build_shard) -> dict:
         """Build one shard in staging, upload it, check the object, delete the staged copy (in a worker)."""
         storage.restore_options(self.options)
-        rec = build_shard(spec, self.staging, policy)
+        rec = builder(spec, self.staging, policy)
         local = os.path.join(self.staging, spec.url)
         url = self.path(spec.url)
         try:

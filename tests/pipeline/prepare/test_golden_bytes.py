@@ -3,7 +3,8 @@
 Pinned on 2026-12-01 (before the package moved under ``imagenet_shards``), re-pinned the same day
 when prepare-shards began writing restart markers on a grid of cells (issue 12), and again when the
 cells went from ~64 to ~32 px (issue 24), and the manifest alone when each shard gained its
-``xxh3_128`` (issue 29 row 4: the new manifest less those six fields is the old pin's bytes), through the console
+``xxh3_128`` (issue 29 row 4: the new manifest less those six fields is the old pin's bytes) and again when it
+recorded the stored form (`"form": "jpeg"`, issue 32: less that field it is the old pin's bytes), through the console
 scripts, so the check holds across any restructuring of the code: same generator arguments, same
 prepare-shards arguments -> the same sha256 for every shard and manifest file. The bytes depend on
 the JPEG encoder and the resampler, so the pins hold for the imaging stack that ``make test``
@@ -26,7 +27,7 @@ from imagenet_shards.pipeline.prepare import images
 PINNED_STACK = ("12.1.1.post0", "2.1.5")
 PINNED = {
     "_info.json": "89b8a37c01bb56b00274669cfcd562b5cbca8a1369f0d0a76b562d3733900a9f",
-    "manifest.json": "a4c2c1a3cb65ce0ba137772f5f41b0f833bfbc3ca8a9e57145bea760f93d90c2",
+    "manifest.json": "22d4aaf0aa951d3fa3ac7b80b6a037ffe6cf255e846f3eb87aa04577932cb945",
     "train.wids.json": "7fda8d3c6c111923e484756cec4ba220706478c977ff583c1bd57ad6017781ce",
     "train/imagenet1k-train-000000.tar": "adeffb7148c8ddfc63f9b497bcc635f965e399c2606460ac65e2ce567803eae8",
     "train/imagenet1k-train-000001.tar": "a37815ebd46532d9cf4aeb7d796ce6acba47ebe0d88b7faa9745a33e9d46f96e",
