@@ -11,7 +11,8 @@ from imagenet_shards.pipeline.audit.checks import TEST_SPLIT
 from imagenet_shards.pipeline.audit.report import Problem
 from imagenet_shards.pipeline.format.digest import FAST, is_digest
 from imagenet_shards.pipeline.format.label_spaces import list_sha256
-from imagenet_shards.pipeline.format.manifest import LEFT_OUT, info_json, wids_index
+from imagenet_shards.pipeline.format import pixels
+from imagenet_shards.pipeline.format.manifest import JPEG_FORM, LEFT_OUT, info_json, wids_index
 
 
 def _is_hex(x, n: int) -> bool:
@@ -33,19 +34,11 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
                  "rejected": list, "skipped": list, "fixed": dict, "totals": dict}.items():
         if not isinstance(m.get(k), t):
             bad(f"'{k}' is missing or not a {t.__name__}")
+    for detail in _form_faults(m):
+        bad(detail)
     classes = m.get("classes") if isinstance(m.get("classes"), list) else []
-    for i, c in enumerate(classes):
-        if not (isinstance(c, dict) and c.get("index") == i and isinstance(c.get("wnid"), str)
-                and isinstance(c.get("name"), str)):
-            bad(f"classes[{i}] is not {{index: {i}, wnid, name}}")
-            break
-    else:
-        wnids = [c["wnid"] for c in classes]
-        if (m.get("label_space") or {}).get("name") == "file":  # a label-space FILE keeps its own order
-            if len(set(wnids)) != len(wnids):
-                bad("class WNIDs are not unique")
-        elif wnids != sorted(set(wnids)):
-            bad("class WNIDs are not unique and sorted (label = index of the WNID in sorted order)")
+    for detail in _class_table_faults(m, classes):
+        bad(detail)
     splits = m.get("splits") if isinstance(m.get("splits"), dict) else {}
     records = {k: m.get(k) if isinstance(m.get(k), list) else [] for k in ("rejected", "skipped")}
     urls = Counter()
@@ -71,34 +64,10 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
                 bad(f"splits.{name}.shards[{i}].url {sh['url']!r} is not relative to DATA")
                 shards_ok = False
             urls[sh["url"]] += 1
-        if not shards_ok:
-            continue
-        usable.add(name)
-        sums = {"shards": len(s["shards"]), "shard samples": sum(sh["num_samples"] for sh in s["shards"]),
-                "class counts": sum(s["class_counts"].values()),
-                "rejected records": _count_split(records["rejected"], name),
-                "skipped records": _count_split(records["skipped"], name)}
-        said = {"shards": s["num_shards"], "shard samples": s["num_samples"],
-                "class counts": 0 if name == TEST_SPLIT else s["num_samples"],  # the test split is unlabeled
-                "rejected records": s["num_rejected"], "skipped records": s["num_skipped"]}
-        for what in sums:
-            if sums[what] != said[what]:
-                bad(f"splits.{name}: {what} add up to {sums[what]}, not {said[what]}", "manifest_inconsistent")
-        left_out = {k: s[k] for k in LEFT_OUT if k in s}  # inputs a run leaves out on purpose (format/manifest.py)
-        wrong = [k for k, v in left_out.items() if not isinstance(v, int) or isinstance(v, bool)]
-        if wrong:
-            bad(f"splits.{name}.{wrong[0]} is not an integer")
-        elif s["images_in"] != s["num_samples"] + s["num_rejected"] + s["num_skipped"] + sum(left_out.values()):
-            bad(f"splits.{name}: images_in {s['images_in']} != num_samples + num_rejected + num_skipped"
-                + "".join(f" + {k}" for k in left_out)
-                + f" ({s['num_samples']} + {s['num_rejected']} + {s['num_skipped']}"
-                + "".join(f" + {v}" for v in left_out.values()) + ")", "manifest_inconsistent")
-        unknown = sorted(set(s["class_counts"]) - {c.get("wnid") for c in classes if isinstance(c, dict)})
-        if unknown:
-            bad(f"splits.{name}.class_counts names WNIDs not in the class table: {', '.join(unknown[:5])}",
-                "manifest_inconsistent")
-        for detail in _short_class_faults(s):
-            bad(f"splits.{name}.short_classes: {detail}", "manifest_inconsistent")
+        if shards_ok:
+            usable.add(name)
+            for detail in _split_faults(name, s, records, classes):
+                bad(detail, "manifest_inconsistent")
     for url, n in sorted(urls.items()):
         if n > 1:
             bad(f"shard {url} is listed {n} times", "manifest_inconsistent")
@@ -113,6 +82,65 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
             if totals.get(k) != v:
                 bad(f"totals.{k} is {totals.get(k)}, the splits add up to {v}", "manifest_inconsistent")
     return out, usable
+
+
+def _form_faults(m: dict) -> list[str]:
+    """The stored form's fields: `form` one we know; a pixel set's `max_side` and `derived_from`."""
+    form = m.get("form", JPEG_FORM)
+    if form not in (JPEG_FORM, pixels.FORM):
+        return [f"form is {form!r}, not {JPEG_FORM!r} or {pixels.FORM!r}"]
+    if form == JPEG_FORM:
+        return []
+    out = []
+    if not (isinstance(m.get("max_side"), int) and not isinstance(m["max_side"], bool) and m["max_side"] > 0):
+        out.append(f"a {form} set's max_side is missing or not a positive integer")
+    src = m.get("derived_from")
+    if not (isinstance(src, dict) and isinstance(src.get("url"), str) and _is_hex(src.get("sha256"), 64)):
+        out.append(f"a {form} set's derived_from lacks the source set's url and sha256")
+    return out
+
+
+def _class_table_faults(m: dict, classes: list) -> list[str]:
+    """The class table: {index, wnid, name} in index order, WNIDs unique (and sorted, unless a FILE's)."""
+    for i, c in enumerate(classes):
+        if not (isinstance(c, dict) and c.get("index") == i and isinstance(c.get("wnid"), str)
+                and isinstance(c.get("name"), str)):
+            return [f"classes[{i}] is not {{index: {i}, wnid, name}}"]
+    wnids = [c["wnid"] for c in classes]
+    if (m.get("label_space") or {}).get("name") == "file":  # a label-space FILE keeps its own order
+        return ["class WNIDs are not unique"] if len(set(wnids)) != len(wnids) else []
+    if wnids != sorted(set(wnids)):
+        return ["class WNIDs are not unique and sorted (label = index of the WNID in sorted order)"]
+    return []
+
+
+def _split_faults(name: str, s: dict, records: dict, classes: list) -> list[str]:
+    """A usable split's arithmetic: its sums against its counts, conservation, class_counts' WNIDs."""
+    out = []
+    sums = {"shards": len(s["shards"]), "shard samples": sum(sh["num_samples"] for sh in s["shards"]),
+            "class counts": sum(s["class_counts"].values()),
+            "rejected records": _count_split(records["rejected"], name),
+            "skipped records": _count_split(records["skipped"], name)}
+    said = {"shards": s["num_shards"], "shard samples": s["num_samples"],
+            "class counts": 0 if name == TEST_SPLIT else s["num_samples"],  # the test split is unlabeled
+            "rejected records": s["num_rejected"], "skipped records": s["num_skipped"]}
+    for what in sums:
+        if sums[what] != said[what]:
+            out.append(f"splits.{name}: {what} add up to {sums[what]}, not {said[what]}")
+    left_out = {k: s[k] for k in LEFT_OUT if k in s}  # inputs a run leaves out on purpose (format/manifest.py)
+    wrong = [k for k, v in left_out.items() if not isinstance(v, int) or isinstance(v, bool)]
+    if wrong:
+        out.append(f"splits.{name}.{wrong[0]} is not an integer")
+    elif s["images_in"] != s["num_samples"] + s["num_rejected"] + s["num_skipped"] + sum(left_out.values()):
+        out.append(f"splits.{name}: images_in {s['images_in']} != num_samples + num_rejected + num_skipped"
+                   + "".join(f" + {k}" for k in left_out)
+                   + f" ({s['num_samples']} + {s['num_rejected']} + {s['num_skipped']}"
+                   + "".join(f" + {v}" for v in left_out.values()) + ")")
+    unknown = sorted(set(s["class_counts"]) - {c.get("wnid") for c in classes if isinstance(c, dict)})
+    if unknown:
+        out.append(f"splits.{name}.class_counts names WNIDs not in the class table: {', '.join(unknown[:5])}")
+    out += [f"splits.{name}.short_classes: {detail}" for detail in _short_class_faults(s)]
+    return out
 
 
 def check_label_space(m: dict) -> list[Problem]:

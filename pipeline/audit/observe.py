@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 from dataclasses import dataclass, field
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format import pixels
 from imagenet_shards.pipeline.format.digest import FAST
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.prepare.image_formats import image_format_name
@@ -33,7 +35,7 @@ class SampleObservation:
     cls: bytes | None = None
     json: bytes | None = None
     jpg_head: bytes = b""
-    jpg_size: int = 0
+    jpg_size: int = 0  # of the image member (.jpg, .webp or .yuv420)
     digest: bytes = b""  # of the stored image bytes (sha1, truncated), for duplicate detection
     image_format: str | None = None  # `image_format_name`: recounted against an adopted set's formats
     decoded: tuple | None = None  # deep: (format, mode, width, height)
@@ -85,6 +87,16 @@ def decode_image(data: bytes) -> tuple[tuple | None, str | None]:
         ImageFile.LOAD_TRUNCATED_IMAGES = saved
 
 
+def read_planes(data: bytes, meta: bytes | None) -> str | None:
+    """Why a KEY.yuv420 payload cannot be read as the planes its sample's json sizes (None: it can)."""
+    try:
+        m = json.loads(meta)
+        pixels.planes(data, int(m["width"]), int(m["height"]))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        return f"{pixels.EXT} planes: {e}"
+    return None
+
+
 def _until_fault(members, faults: list):
     """The members, ending (not raising) at a tar fault, which is appended to `faults`."""
     try:
@@ -123,6 +135,11 @@ def observe_samples(members, deep: bool, problems: list):
             current.digest = hashlib.sha1(m.data).digest()[:DIGEST_BYTES]
             if deep:
                 current.decoded, current.decode_error = decode_image(m.data)
+        elif ext == pixels.EXT:  # a pixel set's planes: after the json (sorted extensions), which gives their size
+            current.jpg_size = len(m.data)
+            current.digest = hashlib.sha1(m.data).digest()[:DIGEST_BYTES]
+            if deep:
+                current.decode_error = read_planes(m.data, current.json)
     if current is not None and not (faults and faults[0].key == current.key):
         yield current
     if faults:

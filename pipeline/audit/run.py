@@ -37,7 +37,8 @@ from imagenet_shards.pipeline.audit.manifest_checks import (check_class_counts, 
                                                             check_side_files)
 from imagenet_shards.pipeline.audit.observe import observe_shard
 from imagenet_shards.pipeline.audit.report import AuditError, AuditReport, Problem
-from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, samples_in_tar, shard_url
+from imagenet_shards.pipeline.format.manifest import (JPEG_FORM, ManifestError, manifest_form, read_manifest,
+                                                      samples_in_tar, shard_url)
 from imagenet_shards.pipeline.parallel import run_jobs
 
 IGNORED_DIRS = ("_prepare",)  # prepare-shards' job state, not part of the shard set
@@ -100,10 +101,10 @@ def _gather(results: list[ShardResult], name: str, width: int) -> np.ndarray:
 
 
 def audit_shard(data: str, split: str, entry: dict, classes: list[dict], deep: bool,
-                adopted: dict | None = None) -> ShardResult:
+                adopted: dict | None = None, form: str = JPEG_FORM) -> ShardResult:
     """Observe and check one listed shard (runs in a worker process)."""
     obs = observe_shard(shard_url(data, entry["url"]), deep=deep)
-    problems = check_shard(entry, obs, split, classes, adopted)
+    problems = check_shard(entry, obs, split, classes, adopted, form)
     excluded = set(entry.get("excluded") or ())
     kept = [s for s in obs.samples if s.key not in excluded]  # excluded samples count toward nothing
     with_image = [s for s in kept if s.digest]
@@ -191,7 +192,8 @@ def audit(data, *, deep: bool = False, splits=None, workers: int | None = None, 
                             "cannot list folders (audit a local copy or the bucket itself for that check)")
 
     class_counts: dict[str, Counter] = {}
-    results = _run_shards(data, jobs, classes, deep, workers, progress, m.get("adopted"), class_counts)
+    results = _run_shards(data, jobs, classes, deep, workers, progress, m.get("adopted"), class_counts,
+                          manifest_form(m))
     for r in results:
         problems += r.problems
     problems += set_wide_key_checks(m, results, splits, sound)
@@ -245,7 +247,8 @@ def set_wide_content(results: list[ShardResult], splits: list[str]) -> dict:
                                    for mine in [[r for r in results if r.split == s]]})
 
 
-def _run_shards(data, jobs, classes, deep, workers, progress, adopted=None, counts=None) -> list[ShardResult]:
+def _run_shards(data, jobs, classes, deep, workers, progress, adopted=None, counts=None,
+                form=JPEG_FORM) -> list[ShardResult]:
     """Audit every (split, entry) job, in parallel when workers > 1; results in job order, their
     class counts folded into `counts` (split -> Counter) as they come."""
     counts = {} if counts is None else counts
@@ -253,7 +256,7 @@ def _run_shards(data, jobs, classes, deep, workers, progress, adopted=None, coun
     results: list[ShardResult | None] = [None] * len(jobs)
     with tqdm(total=total, desc="audit", unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
               dynamic_ncols=True, smoothing=0.05) as bar:
-        for i, result in run_jobs(audit_shard, [(data, split, entry, classes, deep, adopted) for split, entry in jobs],
+        for i, result in run_jobs(audit_shard, [(data, split, entry, classes, deep, adopted, form) for split, entry in jobs],
                                   workers=workers):
             results[i] = result
             fold_class_counts(result, counts)
