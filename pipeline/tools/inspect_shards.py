@@ -25,6 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import OneLineParser
+from imagenet_shards.pipeline.format import pixels
 from imagenet_shards.pipeline.format.manifest import ManifestError, read_manifest, shard_url
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.interrupts import run_cli
@@ -135,6 +136,20 @@ def _fit(draw, text: str, font, width: int) -> str:
     return text + "…"
 
 
+def tile_image(s: Sample, tile: int) -> Image.Image:
+    """A sample's picture within tile x tile: a JPEG decoded at reduced scale, a pixel sample's planes
+    through the form's float reference (pixels.to_rgb) at the json's width x height. Raises if neither reads."""
+    if pixels.EXT in s.files:
+        meta = json.loads(s.files["json"])
+        im = Image.fromarray(pixels.to_rgb(s.files[pixels.EXT], int(meta["width"]), int(meta["height"])))
+    else:
+        with Image.open(io.BytesIO(s.files["jpg"])) as jpeg:
+            jpeg.draft("RGB", (tile, tile))  # JPEG: decode at reduced scale, much faster
+            im = jpeg.convert("RGB")
+    im.thumbnail((tile, tile))
+    return im
+
+
 def draw_contact_sheet(samples: list[Sample], classes: list[dict], *, cols: int | None = None,
                        tile: int = TILE) -> tuple[Image.Image, list[Tile]]:
     """Draw samples in a grid, row by row; returns the image and, per tile in order, what it shows."""
@@ -148,11 +163,8 @@ def draw_contact_sheet(samples: list[Sample], classes: list[dict], *, cols: int 
     for i, s in enumerate(samples):
         x0, y0 = (i % cols) * tw, (i // cols) * th
         try:
-            with Image.open(io.BytesIO(s.files["jpg"])) as im:
-                im.draft("RGB", (tile, tile))  # JPEG: decode at reduced scale, much faster
-                im = im.convert("RGB")
-                im.thumbnail((tile, tile))
-                sheet.paste(im, (x0 + PAD + (tile - im.width) // 2, y0 + PAD + (tile - im.height) // 2))
+            im = tile_image(s, tile)
+            sheet.paste(im, (x0 + PAD + (tile - im.width) // 2, y0 + PAD + (tile - im.height) // 2))
         except Exception:  # noqa: BLE001 - an undecodable image gets a cross; audit --deep says why
             draw.line((x0 + PAD, y0 + PAD, x0 + PAD + tile, y0 + PAD + tile), fill=BAD, width=2)
             draw.line((x0 + PAD, y0 + PAD + tile, x0 + PAD + tile, y0 + PAD), fill=BAD, width=2)
