@@ -44,6 +44,8 @@ URL_PROBES = {
     ("prepare-shards finalize", "OUT"): "finalize {url}",
     ("prepare-shards adopt", "SRC"): "adopt {url} --out o",
     ("prepare-shards adopt", "--out"): "adopt src --out {url}",
+    ("prepare-shards derive", "SRC"): "derive {url} --out o",
+    ("prepare-shards derive", "--out"): "derive src --out {url}",
     ("audit-shards", "DATA"): "{url}",
     ("audit-shards", "--json"): "data --json {url}",
     ("inspect-shards", "DATA"): "{url} --out o.png",
@@ -112,10 +114,12 @@ def test_the_url_table_says_what_each_command_does_with_a_url(tmp_path, monkeypa
 def all_parsers() -> dict[str, object]:
     """Every command's argparse parser, by the name a user types (subcommands included)."""
     from imagenet_shards.pipeline.prepare import cli as prepare_cli
+    from imagenet_shards.pipeline.prepare.derive_cli import build_derive_parser
 
     out = {name: importlib.import_module(ep.split(":")[0]).build_parser() for name, ep in SCRIPTS.items()}
     out["prepare-shards finalize"] = prepare_cli.build_finalize_parser()
     out["prepare-shards adopt"] = prepare_cli.build_adopt_parser()
+    out["prepare-shards derive"] = build_derive_parser()
     return out
 
 

@@ -302,7 +302,7 @@ def _main(argv=None) -> int:
         return adopt_main(argv[1:])
     if argv[:1] == ["derive"]:
         from imagenet_shards.pipeline.prepare.derive_cli import derive_main
-        return derive_main(argv[1:], _print_summary, _fail)
+        return derive_main(argv[1:], lambda s, a: _print_summary(s, a, format_summary), _fail)
     if argv[:1] == ["finalize"]:
         args = build_finalize_parser().parse_args(argv[1:])
         try:

@@ -35,8 +35,8 @@ def build_derive_parser() -> argparse.ArgumentParser:
 
 
 def derive_main(argv: list[str], print_summary, fail) -> int:
-    """`prepare-shards derive`: 0 done, 2 could not run (one line on stderr)."""
-    from imagenet_shards.pipeline.prepare.cli import format_summary
+    """`prepare-shards derive`: 0 done, 2 could not run (one line on stderr). `print_summary(summary, args)`
+    and `fail(error)` are prepare-shards' own (cli.py), so the commands end alike."""
     from imagenet_shards.pipeline.prepare.derive import derive
     from imagenet_shards.pipeline.prepare.errors import PrepareError
     from imagenet_shards.pipeline.prepare.parts import parse_part
@@ -50,4 +50,4 @@ def derive_main(argv: list[str], print_summary, fail) -> int:
                          staging=args.staging)
     except (PrepareError, OSError, ValueError) as e:
         return fail(e)
-    return print_summary(summary, args, format_summary)
+    return print_summary(summary, args)
