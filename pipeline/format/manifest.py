@@ -14,6 +14,7 @@ from typing import Iterable, NamedTuple
 
 from imagenet_shards.pipeline import __version__, storage
 from imagenet_shards.pipeline.format.digest import FAST
+from imagenet_shards.pipeline.format.pixels import FORM as PIXEL_FORM
 from imagenet_shards.pipeline.format.keys import train_key_wnid
 from imagenet_shards.pipeline.format.subset import selects
 
@@ -31,7 +32,8 @@ LEFT_OUT = ("excluded_by_subset", "excluded_by_label_space", "held_out")
 # Fixes that are only counted in the manifest's `fixed.counts`, never listed per sample: policy-wide
 # steps that touch a large share of the samples (docs/format.md).
 COUNTED_ONLY = ("resized", "restart_markers")
-JPEG_FORM = "jpeg"  # the stored form of a set of .jpg samples; a manifest without `form` is one (pixels.FORM: the other)
+JPEG_FORM = "jpeg"  # the stored form of a set of .jpg samples; a manifest without `form` is one
+FORMS = (JPEG_FORM, PIXEL_FORM)  # the forms read_manifest accepts (docs/format.md, "Pixel form")
 
 
 def manifest_form(m: dict) -> str:
@@ -222,8 +224,8 @@ def shard_url(data: str, rel: str) -> str:
 def read_manifest(data) -> dict:
     """Read DATA/manifest.json (DATA a directory or URL) and check it is one this code reads.
 
-    Checked: it exists and is readable, is a JSON object of our `format` and `format_version`, and
-    has a `splits` table. ManifestError (ManifestMissing when absent) with a one-line reason
+    Checked: it exists and is readable, is a JSON object of our `format` and `format_version`, has a
+    `splits` table, and a stored `form` this code knows (absent: jpeg). ManifestError (ManifestMissing when absent) with a one-line reason
     otherwise. The rest of the schema is checked where it is used (`split_shards`) and in full by
     audit-shards, which reports each fault instead of stopping at the first."""
     data = str(data)
@@ -248,6 +250,9 @@ def read_manifest(data) -> dict:
                             f"{FORMAT_VERSION}")
     if not isinstance(m.get("splits"), dict) or not m["splits"]:
         raise ManifestError(f"{where} has no splits: rerun prepare-shards to rewrite it")
+    if manifest_form(m) not in FORMS:
+        raise ManifestError(f"{where} stores its images as {manifest_form(m)!r}; this tool reads "
+                            f"{', '.join(FORMS)}")
     return m
 
 

@@ -33,7 +33,7 @@ from imagenet_shards.pipeline.prepare.errors import PrepareError
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.images import decode_resized
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
-from imagenet_shards.pipeline.prepare.parts import job_id, state_differences
+from imagenet_shards.pipeline.prepare.parts import job_id, join_parts, state_differences
 from imagenet_shards.pipeline.prepare.plan import part_of
 from imagenet_shards.pipeline.prepare.shards import open_shard
 from imagenet_shards.pipeline.storage.atomic import DiskFull
@@ -156,6 +156,7 @@ def derive(src: str, *, out: str, form: str = pixels.FORM, max_side: int = 400, 
         raise PrepareError(str(e)) from None
     try:
         _claim(outdir, state)
+        join_parts(outdir, part, state)
         mine = [sp for n, sp in enumerate(specs) if part_of(n, *part)]
         done = outdir.load_records(mine, verify_existing)
         pending = [sp for sp in mine if (sp.split, sp.index) not in done]

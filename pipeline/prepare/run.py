@@ -29,8 +29,7 @@ from imagenet_shards.pipeline.prepare.label_space import resolve_label_space
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
-from imagenet_shards.pipeline.prepare.parts import (PARTS_RECORD, check_part_count, job_id, parse_part, part_state_rel,
-                                                    state_differences)
+from imagenet_shards.pipeline.prepare.parts import join_parts, job_id, parse_part, state_differences
 from imagenet_shards.pipeline.prepare.plan import ShardSpec, SplitPlan, part_of, plan_splits
 from imagenet_shards.pipeline.prepare.onepass import one_pass_reader
 from imagenet_shards.pipeline.prepare.sources import (SEQUENTIAL_KINDS, SourceError, SourceIndex,
@@ -302,9 +301,7 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
         state["dataset"] = config.label_space.dataset
     _open_out(outdir, state, overwrite)
     job = job_id(state)
-    if part[1] > 1:  # what this part ran with, for finalize to name what differs if a sibling ran otherwise
-        _claim_part_count(outdir, part)
-        outdir.write_json(part_state_rel(part), state)
+    join_parts(outdir, part, state)
     sequential = {path: idx.kind for s, idx in indexes.items() if idx.kind in SEQUENTIAL_KINDS
                   and not (onepass and s in onepass.stored) for path in idx.members.files()}
     if onepass:  # from here on, the members' bytes are their results in the one-pass spill
@@ -347,19 +344,6 @@ def _build_part(outdir, t0: float, *, out, train, val, devkit, val_labels, test,
                             "build": round(time.monotonic() - t_plan, 3)}}
     summary["images_per_s"] = round(done_images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
     return summary, missing
-
-
-def _claim_part_count(outdir, part: tuple[int, int]) -> None:
-    """Record the job's number of parts (the first part to get here does, even among parts started
-    at once), or PrepareError if this part names another."""
-    try:
-        recorded = outdir.claim_json(PARTS_RECORD, {"count": part[1]})
-    except (OSError, ValueError) as e:
-        raise PrepareError(f"cannot record the job's parts in {outdir.where}/{PARTS_RECORD}: "
-                           f"{storage.redact(e)}") from None
-    why = check_part_count(recorded, part)
-    if why:
-        raise PrepareError(why)
 
 
 def _fresh(outdir, overwrite: bool) -> bool:

@@ -199,3 +199,17 @@ def test_the_audit_catches_a_label_swap(damaged):
         return rows
     _rewrite(shard, swap)
     assert "label_mismatch" in _kinds(copy)
+
+
+def test_read_manifest_names_the_form_and_refuses_one_it_does_not_know(pixel_shards, synthetic_shards, tmp_path):
+    from imagenet_shards.pipeline.format.manifest import ManifestError, manifest_form, read_manifest
+
+    assert manifest_form(read_manifest(pixel_shards)) == "yuv420"
+    assert manifest_form(read_manifest(synthetic_shards)) == "jpeg"
+    m = json.loads((pixel_shards / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**m, "form": "rgb888"}))
+    with pytest.raises(ManifestError, match="stores its images as 'rgb888'; this tool reads jpeg, yuv420"):
+        read_manifest(tmp_path)
+    del m["form"]  # a manifest written before `form`: a JPEG set
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    assert manifest_form(read_manifest(tmp_path)) == "jpeg"
