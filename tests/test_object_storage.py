@@ -114,6 +114,26 @@ def test_prepare_to_a_bucket_then_audit_there(bucket, archives, local_shards, tm
 
 
 @pytest.mark.timeout(120)
+def test_derive_from_a_bucket_into_a_bucket_gives_the_local_derive(bucket, archives, local_shards, tmp_path, capsys):
+    from tests.fixtures.synthetic import PIXEL_MAX_SIDE, derive_pixels
+
+    local = derive_pixels(local_shards, tmp_path / "pixels")
+    opts = ["--storage-option", f"endpoint_url={bucket.endpoint}", *bucket.cli]
+    src, out = bucket.url("jpeg"), bucket.url("pixels")
+    assert prepare_main(source_args(archives) + ["--out", src, "--staging", str(tmp_path / "s1"), *opts]) == 0
+    args = ["derive", src, "--max-side", str(PIXEL_MAX_SIDE), "--out", out, "--staging", str(tmp_path / "s2"),
+            "--workers", "2", "--quiet", *opts]
+    assert prepare_main(args) == 0
+    m, want = json.loads(bucket.get("pixels/manifest.json")), manifest_of(local)
+    assert m["derived_from"]["url"] == src and want["derived_from"]["sha256"] == m["derived_from"]["sha256"]
+    assert {**m, "derived_from": None} == {**want, "derived_from": None}  # the same set but for where it came from
+    for sh in shard_entries(want):
+        assert bucket.get(f"pixels/{sh['url']}") == (local / sh["url"]).read_bytes(), sh["url"]
+    assert audit_main([out, "--quiet", "--workers", "1", *bucket.cli]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.timeout(120)
 def test_resume_in_a_bucket_rebuilds_only_what_the_records_do_not_vouch_for(bucket, archives, local_shards, capsys):
     out = bucket.url("resume")
     args = source_args(archives) + ["--out", out, "--json", *bucket.cli]  # S3: endpoint from AWS_ENDPOINT_URL
