@@ -26,7 +26,8 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format import pixels
 from imagenet_shards.pipeline.format.manifest import (JPEG_FORM, MANIFEST_NAME, ManifestError, manifest_form,
                                                       read_manifest, shard_url)
-from imagenet_shards.pipeline.format.tar import TarFormatError, iter_tar
+from imagenet_shards.pipeline.format.digest import shard_check
+from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS
 from imagenet_shards.pipeline.prepare.errors import PrepareError
@@ -51,6 +52,7 @@ class DeriveSpec:
     source: str  # the source shard, resolved against SRC
     planned: int
     max_side: int
+    check: tuple[str, str] | None = None  # the source shard's digest (format.digest.shard_check)
 
     def __len__(self) -> int:  # what outdir's resume check compares with the record's `planned`
         return self.planned
@@ -71,16 +73,27 @@ def derive_sample(key: str, members: dict[str, bytes], max_side: int) -> tuple[d
             pixels.EXT: pixels.encode(rgb)}, None
 
 
-def _samples(url: str):
-    """(key, {ext: bytes}) of a source shard, in tar order."""
+class SourceDamaged(PrepareError):
+    """A source shard's bytes are not those its manifest's digest vouches for."""
+
+
+def _samples(url: str, check: tuple[str, str] | None):
+    """(key, {ext: bytes}) of a source shard, in tar order, hashed as read; SourceDamaged at the end if
+    its digest is not `check` (algorithm, hex: what the source manifest records, as the loader checks)."""
     key, members = None, {}
     with storage.open_url(url, "rb") as f:
-        for m in iter_tar(f, where=storage.redact(url)):
+        r = HashingReader(f, (check[0],) if check else ())
+        for m in iter_tar(r, where=storage.redact(url)):
             if m.key != key and key is not None:
                 yield key, members
                 members = {}
             key = m.key
             members[m.ext] = m.data
+        for _ in r.read_rest():
+            pass
+    if check and r.hexdigest(check[0]) != check[1]:
+        raise SourceDamaged(f"source shard {storage.redact(url)} does not match its manifest's {check[0]}: it is "
+                            "damaged or was replaced; run audit-shards on SRC (nothing derived from it is kept)")
     if key is not None:
         yield key, members
 
@@ -89,7 +102,7 @@ def derive_shard(spec: DeriveSpec, out_dir: str, _policy=None) -> dict:
     """Write the pixel shard of `spec` under out_dir/spec.url (atomically) and return its record."""
     rejected, class_counts, written = [], {}, 0
     with open_shard(os.path.join(out_dir, spec.url)) as tw:
-        for key, members in _samples(spec.source):
+        for key, members in _samples(spec.source, spec.check):
             sample, why = derive_sample(key, members, spec.max_side)
             if why is not None:
                 rejected.append({"split": spec.split, "key": key, "source": spec.url, **why})
@@ -127,7 +140,8 @@ def plan(m: dict, src: str, max_side: int) -> tuple[dict, list[DeriveSpec]]:
     for split in splits:
         for i, sh in enumerate(m["splits"][split]["shards"]):
             rel = sh["url"] if "://" not in sh["url"] else f"{split}/{posixpath.basename(sh['url'])}"
-            specs.append(DeriveSpec(split, i, rel, shard_url(src, sh["url"]), sh["num_samples"], max_side))
+            specs.append(DeriveSpec(split, i, rel, shard_url(src, sh["url"]), sh["num_samples"], max_side,
+                                     shard_check(sh)))
     state = {"config": {**m["config"], "splits": splits}, "sources": m["sources"], "classes": m["classes"],
              "splits": {s: {"num_shards": len(m["splits"][s]["shards"]), "images_in": m["splits"][s]["num_samples"],
                             "plan_rejected": []} for s in splits},

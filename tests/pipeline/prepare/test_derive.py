@@ -213,3 +213,41 @@ def test_read_manifest_names_the_form_and_refuses_one_it_does_not_know(pixel_sha
     del m["form"]  # a manifest written before `form`: a JPEG set
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     assert manifest_form(read_manifest(tmp_path)) == "jpeg"
+
+
+def test_a_source_shard_that_is_not_what_its_manifest_says_is_refused(synthetic_shards, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(synthetic_shards, src)
+    url = json.loads((src / "manifest.json").read_text())["splits"]["val"]["shards"][0]["url"]
+    raw = bytearray((src / url).read_bytes())
+    raw[raw.index(b".jpg") + 2048] ^= 0x01  # one bit inside the first image
+    (src / url).write_bytes(bytes(raw))
+    proc = subprocess.run([sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "derive", str(src),
+                           "--out", str(tmp_path / "out"), "--workers", "1", "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"source shard {src / url} does not match its manifest's xxh3_128" in proc.stderr
+    assert not (tmp_path / "out" / url).exists() and not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_image_that_does_not_decode_is_listed_as_rejected_not_lost(synthetic_shards, tmp_path):
+    """A source whose manifest vouches for an image no decoder reads (written so by the real writer)."""
+    src = tmp_path / "src"
+    shutil.copytree(synthetic_shards, src)
+    m = json.loads((src / "manifest.json").read_text())
+    entry = m["splits"]["val"]["shards"][0]
+    rows = samples(src / entry["url"])
+    bad_key = rows[1][0]
+    rows[1][1]["jpg"] = rows[1][1]["jpg"][:200]  # cut: the decoder refuses it
+    with open_shard(str(src / entry["url"])) as w:
+        for key, members in rows:
+            for ext in sorted(members):
+                w.add(f"{key}.{ext}", members[ext])
+    entry.update(w.digests())
+    (src / "manifest.json").write_text(json.dumps(m))
+    out = derive_pixels(src, tmp_path / "out")
+    got = json.loads((out / "manifest.json").read_text())
+    val = got["splits"]["val"]
+    assert [(r["key"], r["reason"]) for r in got["rejected"]] == [(bad_key, "undecodable")]
+    assert val["num_rejected"] == 1 and val["images_in"] == m["splits"]["val"]["num_samples"] == val["num_samples"] + 1
+    assert bad_key not in [k for k, _ in samples(out / entry["url"])]
+    assert audit(out, progress=False, workers=1).ok
