@@ -201,7 +201,7 @@ def format_summary(s: dict) -> str:
     """The human-readable summary of a prepare or finalize run."""
     lines = []
     if s.get("complete"):
-        lines.append(f"prepare-shards: {s['samples']:,} samples in {s['shards']} shards "
+        lines.append(f"{s.get('command', 'prepare-shards')}: {s['samples']:,} samples in {s['shards']} shards "
                      f"({storage.human_bytes(s['bytes'])}) -> {s['out']}")
         if "label_space" in s:  # .cls = the index in this table (a full release: its published space by default)
             lines.append(f"  labels: {s['label_space']['name']} ({s['label_space']['num_classes']:,} classes)")
@@ -224,7 +224,7 @@ def format_summary(s: dict) -> str:
         if s["fixed_by_kind"]:
             lines.append("  fixed: " + ", ".join(f"{k} {v}" for k, v in sorted(s["fixed_by_kind"].items())))
     else:
-        lines.append(f"prepare-shards: part {s['part']} done; {s['shards_missing']} shards of other parts are "
+        lines.append(f"{s.get('command', 'prepare-shards')}: part {s['part']} done; {s['shards_missing']} shards of other parts are "
                      f"still missing (parts {', '.join(map(str, s['parts_missing']))}); "
                      f"run `prepare-shards finalize {s['out']}` when all parts are done")
     if "shards_built" in s:

@@ -178,7 +178,7 @@ def derive(src: str, *, out: str, form: str = pixels.FORM, max_side: int = 400, 
         images = _build(outdir, pending, job_id(state), f"{part[0]}/{part[1]}", workers, progress)
         names = outdir.record_names()
         missing = [n for n, sp in enumerate(specs) if record_name(sp) not in names]
-        summary = {"out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
+        summary = {"command": "prepare-shards derive", "out": storage.redact(out), "part": f"{part[0]}/{part[1]}", "shards_built": len(pending),
                    "shards_reused": len(mine) - len(pending), "images_processed": images,
                    "wall_s": round(time.monotonic() - t0, 3)}
         summary["images_per_s"] = round(images / summary["wall_s"], 1) if summary["wall_s"] else 0.0
@@ -203,9 +203,12 @@ def _claim(outdir, state: dict) -> None:
     except (FileNotFoundError, NotADirectoryError):
         old = None
     if old is not None and old != state:
-        raise PrepareError(f"{outdir.where} holds another job ({'; '.join(state_differences(old, state))}"
-                           f"{'' if old.get('derived_from') == state['derived_from'] else '; another source set'}); "
-                           "use a new --out")
+        own = [f"{k}: {old.get(k)} (existing) vs {state[k]} (asked)" for k in ("form", "max_side") if old.get(k) != state[k]]
+        if old.get("derived_from") != state["derived_from"]:
+            own.append(f"source: {(old.get('derived_from') or {}).get('url')} (existing) vs "
+                       f"{state['derived_from']['url']} (asked), or the same set rewritten since")
+        differ = own or state_differences(old, state)
+        raise PrepareError(f"{outdir.where} holds another derive job ({'; '.join(differ)}); use a new --out")
     outdir.create()
     if old is None:
         outdir.write_json(STATE, state)

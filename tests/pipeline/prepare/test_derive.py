@@ -251,3 +251,13 @@ def test_an_image_that_does_not_decode_is_listed_as_rejected_not_lost(synthetic_
     assert val["num_rejected"] == 1 and val["images_in"] == m["splits"]["val"]["num_samples"] == val["num_samples"] + 1
     assert bad_key not in [k for k, _ in samples(out / entry["url"])]
     assert audit(out, progress=False, workers=1).ok
+
+
+def test_another_max_side_into_the_same_out_is_refused_naming_it(synthetic_shards, pixel_shards, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(pixel_shards, out)
+    proc = subprocess.run([sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "derive", str(synthetic_shards),
+                           "--max-side", "90", "--out", str(out), "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"max_side: {PIXEL_MAX_SIDE} (existing) vs 90 (asked)" in proc.stderr
+    assert files(out) == files(pixel_shards)
