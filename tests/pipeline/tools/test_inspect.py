@@ -150,3 +150,22 @@ def test_sheet_decodes_via_pillow_alone():
     assert tile.caption == ("0 n01440764", "tench", "k")
     buf = io.BytesIO()
     sheet.save(buf, format="PNG")
+
+
+def test_a_pixel_set_sheet_shows_each_samples_planes_through_the_float_reference(pixel_shards, tmp_path):
+    """Each tile of a pixel set's sheet is pixels.to_rgb of that sample (thumbnailed), placed as a JPEG tile is."""
+    from imagenet_shards.pipeline.format import pixels
+
+    m = json.loads((pixel_shards / "manifest.json").read_text())
+    picked = pick_samples(str(pixel_shards), m, split="val", n=4)
+    sheet, tiles = draw_contact_sheet(picked, m["classes"])
+    for s, t in zip(picked, tiles):
+        meta = json.loads(s.files["json"])
+        want = Image.fromarray(pixels.to_rgb(s.files["yuv420"], meta["width"], meta["height"]))
+        want.thumbnail((TILE, TILE))
+        x0, y0 = t.box[0] + PAD + (TILE - want.width) // 2, t.box[1] + PAD + (TILE - want.height) // 2
+        got = np.asarray(sheet.crop((x0, y0, x0 + want.width, y0 + want.height)))
+        assert np.array_equal(got, np.asarray(want)), s.key
+        assert t.json_wnid == t.wnid  # captions from .cls and json agree
+    assert main([str(pixel_shards), "--split", "val", "--n", "4", "--out", str(tmp_path / "sheet.png")]) == 0
+    assert Image.open(tmp_path / "sheet.png").size == sheet.size
