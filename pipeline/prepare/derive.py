@@ -74,7 +74,8 @@ def derive_sample(key: str, members: dict[str, bytes], max_side: int) -> tuple[d
 
 
 class SourceDamaged(PrepareError):
-    """A source shard's bytes are not those its manifest's digest vouches for."""
+    """A source shard's bytes are not those its manifest's digest vouches for, or not a whole tar (a
+    PrepareError with a one-line message: it pickles back from a worker process, a TarFormatError does not)."""
 
 
 def _samples(url: str, check: tuple[str, str] | None):
@@ -83,12 +84,15 @@ def _samples(url: str, check: tuple[str, str] | None):
     key, members = None, {}
     with storage.open_url(url, "rb") as f:
         r = HashingReader(f, (check[0],) if check else ())
-        for m in iter_tar(r, where=storage.redact(url)):
-            if m.key != key and key is not None:
-                yield key, members
-                members = {}
-            key = m.key
-            members[m.ext] = m.data
+        try:
+            for m in iter_tar(r, where=storage.redact(url)):
+                if m.key != key and key is not None:
+                    yield key, members
+                    members = {}
+                key = m.key
+                members[m.ext] = m.data
+        except TarFormatError as e:
+            raise SourceDamaged(f"source shard {e}") from None
         for _ in r.read_rest():
             pass
     if check and r.hexdigest(check[0]) != check[1]:

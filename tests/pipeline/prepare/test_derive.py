@@ -261,3 +261,16 @@ def test_another_max_side_into_the_same_out_is_refused_naming_it(synthetic_shard
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert f"max_side: {PIXEL_MAX_SIDE} (existing) vs 90 (asked)" in proc.stderr
     assert files(out) == files(pixel_shards)
+
+
+def test_a_cut_source_shard_stops_the_workers_with_one_line(synthetic_shards, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(synthetic_shards, src)
+    url = json.loads((src / "manifest.json").read_text())["splits"]["train"]["shards"][2]["url"]
+    (src / url).write_bytes((src / url).read_bytes()[:5000])
+    proc = subprocess.run([sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "derive", str(src),
+                           "--out", str(tmp_path / "out"), "--workers", "2", "--quiet"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "source shard" in proc.stderr and url in proc.stderr and "cut short" in proc.stderr
+    assert not (tmp_path / "out" / url).exists() and not (tmp_path / "out" / "manifest.json").exists()
