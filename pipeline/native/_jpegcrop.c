@@ -205,8 +205,8 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (bad == NULL) {
         Py_BEGIN_ALLOW_THREADS
         status = crop_to_planes(buf.buf, (size_t)buf.len, top, left, height, width, out.buf, (int)out.shape[1],
-                      (int)out.shape[2], flip, restarts, num, entropy, message, clock.obj != NULL ? (double *)clock.buf : NULL,
-                      filter);
+                      (int)out.shape[2], flip, restarts, num, entropy, message,
+                      clock.obj != NULL ? (double *)clock.buf : NULL, filter);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&out);

@@ -37,7 +37,8 @@ PAPER = "arXiv 2110.00476 Table 1, column A3"
 TIMM = "huggingface/pytorch-image-models@93901e99 (timm 0.5.0)"
 MMPT_A3 = ("open-mmlab/mmpretrain@14ced91 configs/resnet/resnet50_8xb256-rsb-a3-100e_in1k.py (downstream A3 "
            "reproduction)")
-TIMM_A3 = "huggingface/pytorch-image-models@aa4b5850 timm/models/resnet.py:829-835 _r3cfg ('resnet50.a3_in1k', line 916)"
+TIMM_A3 = ("huggingface/pytorch-image-models@aa4b5850 timm/models/resnet.py:829-835 _r3cfg ('resnet50.a3_in1k', "
+           "line 916)")
 TEMPLATE = ("timm's RSB command template (--bce-loss --bce-target-thresh 0.2 --aa rand-m7-mstd0.5-inc1 --opt lamb "
             "--sched cosine --smoothing 0.0 --reprob 0.0 --crop-pct 0.95, A1/A2 form)")
 
