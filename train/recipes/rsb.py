@@ -13,7 +13,8 @@ Checked for issue 30 (item 6): the paper itself (arXiv text and its Table 1) is 
 sources; only its abstract is. The values citing PAPER below are the record's reading of Table 1,
 and each is cross-checked against what could be read: (a) MMPT_A3 = open-mmlab/mmpretrain's A3
 reproduction, configs/resnet/resnet50_8xb256-rsb-a3-100e_in1k.py@14ced91 (lr 0.008, MixUp 0.1,
-CutMix 1.0, sigmoid/BCE head, no decay on biases and norms, 8 x 256 = 2048; no drop_path_rate and
+CutMix 1.0, sigmoid/BCE head, no decay on biases and norms, 8 x 256 = 2048, and from its schedule
+MMPT_SCHED LAMB, weight decay 0.02, 5 linear warmup epochs, cosine to epoch 100; no drop_path_rate and
 no RepeatAugSampler, where its A1 config resnet50_8xb256-rsb-a1-600e_in1k.py@0bbbb044 sets
 drop_path_rate=0.05 and RepeatAugSampler) and its _base_/datasets/imagenet_bs256_rsb_a3.py@08adec06
 (RandAugment 'timm_increasing' ops, magnitude 6, std 0.5: i.e. rand-m6-mstd0.5-inc1; bicubic train
@@ -37,6 +38,7 @@ PAPER = "arXiv 2110.00476 Table 1, column A3"
 TIMM = "huggingface/pytorch-image-models@93901e99 (timm 0.5.0)"
 MMPT_A3 = ("open-mmlab/mmpretrain@14ced91 configs/resnet/resnet50_8xb256-rsb-a3-100e_in1k.py (downstream A3 "
            "reproduction)")
+MMPT_SCHED = "open-mmlab/mmpretrain@24bcf069 configs/_base_/schedules/imagenet_bs2048_rsb.py (the A3 config's schedule)"
 TIMM_A3 = ("huggingface/pytorch-image-models@aa4b5850 timm/models/resnet.py:829-835 _r3cfg ('resnet50.a3_in1k', "
            "line 916)")
 TEMPLATE = ("timm's RSB command template (--bce-loss --bce-target-thresh 0.2 --aa rand-m7-mstd0.5-inc1 --opt lamb "
@@ -53,15 +55,16 @@ A3 = Recipe(
         "arch": Cited("resnet50", f"{PAPER}: ResNet-50; {TIMM} timm/models/resnet.py resnet50 = torchvision's "
                                   f"topology (stride on the 3x3)"),
         "epochs": Cited(100, f"{PAPER}: Epochs 100 (# of forward pass 63k = 100 x 1.28M / 2048; timm 0.5's "
-                             f"--cooldown-epochs default 10 would add 10 at min-lr, which the count excludes)"),
+                             f"--cooldown-epochs default 10 would add 10 at min-lr, which the count excludes; "
+                             f"= {MMPT_SCHED}: max_epochs 100)"),
         "batch_size": Cited(512, f"{PAPER}: Batch size 2048 (= {MMPT_A3}'s 8 x 256); over 4 GPUs: section 2.1's "
                                  f"A1 remark (the split is unverified for A3; only the global batch matters)"),
-        "optimizer": Cited("lamb", f"{PAPER}: Optimizer LAMB; {TIMM} timm/optim/lamb.py (betas 0.9/0.999, eps 1e-6, "
-                                   f"max_grad_norm 1.0)"),
+        "optimizer": Cited("lamb", f"{PAPER}: Optimizer LAMB (= {MMPT_SCHED}: Lamb); {TIMM} timm/optim/lamb.py "
+                                   f"(betas 0.9/0.999, eps 1e-6, max_grad_norm 1.0)"),
         "lr": Cited(8e-3, f"{PAPER}: LR 8e-3 (= {MMPT_A3}: lr 0.008)"),
         "momentum": Cited(0.9, "unused by LAMB"),
         "nesterov": Cited(False, "unused by LAMB"),
-        "wd": Cited(0.02, f"{PAPER}: Weight decay 0.02"),
+        "wd": Cited(0.02, f"{PAPER}: Weight decay 0.02 (= {MMPT_SCHED}: weight_decay 0.02)"),
         "wd_exempt": Cited("1d", f"{TIMM} timm/optim/optim_factory.py:31-43 add_weight_decay: no decay for 1-d "
                                  f"parameters and biases (filter_bias_and_bn=True)"),
         "no_bn_wd": Cited(False, "ours: superseded by wd_exempt"),
@@ -70,9 +73,10 @@ A3 = Recipe(
         "loss": Cited("bce", f"{PAPER}: BCE loss ✓, CE loss ✗; {TIMM} train.py:567-568 BinaryCrossEntropy with mixup"),
         "bce_target_thresh": Cited(0.2, f"unverified for A3: {TEMPLATE}; {TIMM} timm/loss/binary_cross_entropy.py: "
                                         f"target.gt(threshold) ({MMPT_A3}'s sigmoid head has none)"),
-        "schedule": Cited("timm-cosine", f"{PAPER}: LR decay cosine; {TIMM} timm/scheduler/cosine_lr.py "
-                                         f"(t_in_epochs, warmup_prefix False), stepped per epoch (train.py:630)"),
-        "warmup_epochs": Cited(5.0, f"{PAPER}: Warmup epochs 5"),
+        "schedule": Cited("timm-cosine", f"{PAPER}: LR decay cosine (= {MMPT_SCHED}: CosineAnnealingLR); {TIMM} "
+                                         f"timm/scheduler/cosine_lr.py (t_in_epochs, warmup_prefix False), stepped "
+                                         f"per epoch (train.py:630)"),
+        "warmup_epochs": Cited(5.0, f"{PAPER}: Warmup epochs 5 (= {MMPT_SCHED}: LinearLR over epochs 0-5)"),
         "lr_start_factor": Cited(1e-4 / 8e-3, f"{TIMM} train.py:149 --warmup-lr default 1e-4 (absolute; / lr 8e-3)"),
         "lr_end_factor": Cited(1e-6 / 8e-3, f"{TIMM} train.py:151 --min-lr default 1e-6 (absolute; / lr 8e-3)"),
         "res": Cited(160, f"{PAPER}: Train Res 160 (= {TIMM_A3}: input_size 160)"),
