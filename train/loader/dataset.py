@@ -25,6 +25,7 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.digest import shard_check
 from imagenet_shards.pipeline.interrupts import RUN_SIGNALS
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
+from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader import fingerprint, position
 from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, batches
@@ -396,7 +397,7 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
                 val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False,
                 readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy(), bad_shards: str = "stop",
-                verify: bool = True) -> ShardLoader:
+                verify: bool = True, interpolation: str = "bilinear") -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
@@ -410,7 +411,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     sequential stream per shard). ``verify``: check each shard read against the manifest's digest
     (xxh3_128, else sha256; ``reading.read_shard``); ``bad_shards``: what a shard that fails does,
     ``"stop"`` (a ``ShardDigestError`` naming it) or ``"skip"`` (its samples counted as bad samples,
-    with the reason)."""
+    with the reason). ``interpolation``: the crops' filter, bilinear or bicubic, or for train crops
+    random (timm's per-image choice; ``augment.interpolation``)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -426,9 +428,10 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     if bad_shards not in BAD_SHARDS:
         raise ValueError(f"bad_shards must be one of {', '.join(BAD_SHARDS)}, got {bad_shards!r}")
     dec.make_aug(aug)  # validate the name early
+    interp.check(interpolation, train=train)
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
-                       val_ratio=val_crop_ratio)
+                       val_ratio=val_crop_ratio, interpolation=interpolation)
     manifest = read_manifest(data)
     shards = split_shards(manifest, data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None

@@ -18,6 +18,7 @@ from typing import Callable
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import WORKERS_RULE, worker_count
+from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.augment import policies as augment
 from imagenet_shards.train.trainer.watch import host
 from imagenet_shards.train.trainer.distributed import DistInfo
@@ -211,6 +212,12 @@ class TrainConfig:
     val_crop_ratio: float | None = flag(None, type=float, metavar="R",
                                         help="FFCV's val crop instead: the centred R x shorter side, resized to "
                                              "--val-crop (FFCV: 0.875)")
+    train_interpolation: str = flag("bilinear", choices=interp.TRAIN_INTERPOLATIONS,  # augment/interpolation.py
+                                    help="the train crops' resize filter: bilinear or bicubic (Pillow's, "
+                                         "antialiased), or random: timm's per-image choice of the two (default "
+                                         "{default})")
+    val_interpolation: str = flag("bilinear", choices=interp.INTERPOLATIONS,
+                                  help="the val crops' resize filter (default {default})")
     tta: bool = flag(False, action=argparse.BooleanOptionalAction,
                      help="evaluate logits(x) + logits(flip(x)) (FFCV's test-time augmentation)")
     eval_every: int = flag(1, metavar="N", help="evaluate after every N-th epoch (0: only the last); the last epoch "
