@@ -213,7 +213,8 @@ class Run:
         """The stall watch over this run's loaders while the epochs run (warnings, the stop deadline)."""
         prefix = f"[rank {self.info.rank}] " if self.info.distributed else ""
         return StallWatch(self.life, {"train": self.parts.train_loader, "val": self.parts.val_loader},
-                          warn_after=self.config.stall_warn, prefix=prefix)
+                          warn_after=self.config.stall_warn, prefix=prefix,
+                          min_wait=self.config.stop_deadline if self.info.distributed else 0.0)
 
     def res_at(self, epoch: int) -> int:
         return run_resolution(self.config, epoch)

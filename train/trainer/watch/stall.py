@@ -11,7 +11,10 @@ reads; the loop never waits for it). Every `tick` seconds it looks at each loade
 * once a stop is asked for and its deadline (``Lifecycle.stop_deadline``) has passed while the loop
   waits for a train batch, it calls ``Lifecycle.nudge`` (every second until the wait ends): the
   handler raises ``StopOverdue`` out of the wait, the loop saves the last completed step and
-  ``runner.Run`` kills the loader's workers.
+  ``runner.Run`` kills the loader's workers. Under DDP (`min_wait`) only a wait that itself lasted
+  that long is abandoned: such a rank can write no checkpoint (the others wait for it in a
+  collective), so a healthy loader's short wait near a slow agreed stop must not cost the one the
+  agreement would write a few steps later.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ class StallWatch:
     the progress bar). `lines` keeps what it said."""
 
     def __init__(self, life, loaders: dict, *, warn_after: float | None = DEFAULT_WARN_AFTER, tick: float = 0.25,
-                 write=None, prefix: str = ""):
+                 write=None, prefix: str = "", min_wait: float = 0.0):
         self.life = life
         self.loaders = {k: v for k, v in loaders.items() if v is not None and getattr(v, "wait", None) is not None}
-        self.warn_after, self.tick, self.prefix = warn_after, tick, prefix
+        self.warn_after, self.tick, self.prefix, self.min_wait = warn_after, tick, prefix, min_wait
         self.write = write if write is not None else (lambda line: tqdm.write(line, file=sys.stderr))
         self.lines: list[str] = []
         self._warned: dict = {}   # loader name -> the wait (its start) warned about
@@ -83,11 +86,12 @@ class StallWatch:
             self._warned[name] = since
             self._say(stall_line(name, now - since, activity.stalled(loader, now)))
         train = self.loaders.get("train")
-        if train is None or train.wait.since is None or not self.life.past_deadline() or now - self._nudged < 1.0:
+        since = train.wait.since if train is not None else None
+        if since is None or now - since < self.min_wait or not self.life.past_deadline() or now - self._nudged < 1.0:
             return
         self._nudged = now
         who = activity.stalled(train, now)
-        reason = (f"--stop-deadline {self.life.stop_deadline:g} s, no batch for {now - train.wait.since:.0f} s"
+        reason = (f"--stop-deadline {self.life.stop_deadline:g} s, no batch for {now - since:.0f} s"
                   + (f": {who.describe()}" if who else ""))
         self.life.nudge(reason)
 

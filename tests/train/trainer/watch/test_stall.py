@@ -157,3 +157,10 @@ def test_the_watch_warns_once_per_wait_and_nudges_only_past_the_deadline():
     loader.wait.since = None  # the batch came: no more nudges
     watch.check(now=time.monotonic() + 5)
     assert len(nudges) == 1
+    ddp = StallWatch(life, {"train": loader}, warn_after=3, write=lambda line: None, min_wait=5)
+    loader.wait.since = time.monotonic() - 4  # DDP: a wait shorter than the deadline is not abandoned
+    ddp.check()
+    assert len(nudges) == 1
+    loader.wait.since = time.monotonic() - 6
+    ddp.check()
+    assert len(nudges) == 2
