@@ -105,70 +105,84 @@ def main(argv=None) -> int:
         "1600x1200/3264x2448": [natural_jpeg(*((1600, 1200), (3264, 2448))[i % 2], rng) for i in range(args.odd)],
     }
     groups["all"] = [d for g in list(groups.values()) for d in g]
-    policy = ImagePolicy(resize="longer:500", quality=90)
+    _vs_naive(groups, args.repeat)
+    big = groups["2000x1500"] + groups["4000x3000"] + groups["1600x1200/3264x2448"]
+    if big:
+        _draft(groups, args.repeat)
+        _resampling(big, args.repeat)
+    if groups["typical (<=500 px)"]:
+        _validation(groups["typical (<=500 px)"], args.repeat)
+    return 0
 
-    def target_of(data):
-        return resized_size(*Image.open(io.BytesIO(data)).size, policy.resize)
 
+POLICY = ImagePolicy(resize="longer:500", quality=90)
+
+
+def _target_of(data: bytes) -> tuple[int, int]:
+    return resized_size(*Image.open(io.BytesIO(data)).size, POLICY.resize)
+
+
+def _vs_naive(groups: dict[str, list[bytes]], repeat: int) -> None:
     print("\n1. process_image vs naive (open, decode, convert, LANCZOS, save q90), resize longer:500")
     print(f"{'group':20s} {'n':>4s} {'ours img/s':>11s} {'naive img/s':>12s} {'ratio':>6s} {'pass-through':>13s}")
     for name, items in groups.items():
-        targets = {d: target_of(d) for d in items}
-        ours = best_rate(lambda d: process_image(d, policy), items, args.repeat)
-        ref = best_rate(lambda d: naive(d, targets[d]), items, args.repeat)
-        passed = sum(process_image(d, policy).passthrough for d in items)
+        targets = {d: _target_of(d) for d in items}
+        ours = best_rate(lambda d: process_image(d, POLICY), items, repeat)
+        ref = best_rate(lambda d: naive(d, targets[d]), items, repeat)
+        passed = sum(process_image(d, POLICY).passthrough for d in items)
         print(f"{name:20s} {len(items):4d} {ours:11.1f} {ref:12.1f} {ours / ref:5.2f}x {passed:6d}/{len(items)}")
 
-    big = groups["2000x1500"] + groups["4000x3000"] + groups["1600x1200/3264x2448"]
-    if big:
-        print("\n2. DCT-domain draft on the large JPEGs (ms per image)")
-        print(f"{'group':20s} {'decode full':>12s} {'decode draft':>13s} {'speed-up':>9s} "
-              f"{'naive step':>11s} {'ours step':>10s} {'speed-up':>9s}")
-        for name in ("2000x1500", "4000x3000", "1600x1200/3264x2448"):
-            items = groups[name]
-            if not items:
-                continue
-            targets = {d: target_of(d) for d in items}
-            full = best_ms(lambda d: decode(d), items, args.repeat)
-            drafted = best_ms(lambda d: decode(d, targets[d]), items, args.repeat)
-            ref = best_ms(lambda d: naive(d, targets[d]), items, args.repeat)
-            ours = best_ms(lambda d: process_image(d, policy), items, args.repeat)
-            print(f"{name:20s} {full:12.1f} {drafted:13.1f} {full / drafted:8.1f}x {ref:11.1f} {ours:10.1f} "
-                  f"{ref / ours:8.1f}x")
 
-        print("\n3. resampling on the large JPEGs: ms per image (decode + resize) and mean abs diff to"
-              " full decode + LANCZOS in float")
-        L, B = Image.Resampling.LANCZOS, Image.Resampling.BICUBIC
+def _draft(groups: dict[str, list[bytes]], repeat: int) -> None:
+    print("\n2. DCT-domain draft on the large JPEGs (ms per image)")
+    print(f"{'group':20s} {'decode full':>12s} {'decode draft':>13s} {'speed-up':>9s} "
+          f"{'naive step':>11s} {'ours step':>10s} {'speed-up':>9s}")
+    for name in ("2000x1500", "4000x3000", "1600x1200/3264x2448"):
+        items = groups[name]
+        if not items:
+            continue
+        targets = {d: _target_of(d) for d in items}
+        full = best_ms(lambda d: decode(d), items, repeat)
+        drafted = best_ms(lambda d: decode(d, targets[d]), items, repeat)
+        ref = best_ms(lambda d: naive(d, targets[d]), items, repeat)
+        ours = best_ms(lambda d: process_image(d, POLICY), items, repeat)
+        print(f"{name:20s} {full:12.1f} {drafted:13.1f} {full / drafted:8.1f}x {ref:11.1f} {ours:10.1f} "
+              f"{ref / ours:8.1f}x")
 
-        def ideal(d):
-            im, _ = decode(d)
-            t = target_of(d)
-            bands = [b.convert("F").resize(t, L) for b in im.split()]
-            return np.stack([np.asarray(b) for b in bands], -1)
 
-        candidates = {
-            "draft + LANCZOS (ours)": lambda d: _resized(d, L, 1, None),
-            "draft + BICUBIC": lambda d: _resized(d, B, 1, None),
-            "draft to 2x + LANCZOS": lambda d: _resized(d, L, 2, None),
-            "BICUBIC reducing_gap=2": lambda d: _resized(d, B, 0, 2.0),
-            "LANCZOS reducing_gap=3": lambda d: _resized(d, L, 0, 3.0),
-            "LANCZOS, no draft": lambda d: _resized(d, L, 0, None),
-        }
-        refs = {d: ideal(d) for d in big}
-        print(f"{'candidate':26s} {'ms/img':>8s} {'mean |diff|':>12s}")
-        for name, fn in candidates.items():
-            ms = best_ms(fn, big, args.repeat)
-            err = np.mean([np.abs(np.asarray(fn(d), np.float32) - refs[d]).mean() for d in big])
-            print(f"{name:26s} {ms:8.1f} {err:12.2f}")
+def _resampling(big: list[bytes], repeat: int) -> None:
+    print("\n3. resampling on the large JPEGs: ms per image (decode + resize) and mean abs diff to"
+          " full decode + LANCZOS in float")
+    L, B = Image.Resampling.LANCZOS, Image.Resampling.BICUBIC
 
-    typical = groups["typical (<=500 px)"]
-    if typical:
-        print("\n4. validating a pass-through JPEG: full decode vs 1/8 DCT-scaled decode (same entropy"
-              " decoding, ms per image)")
-        full = best_ms(lambda d: decode(d), typical, args.repeat)
-        scaled = best_ms(lambda d: decode(d, (1, 1)), typical, args.repeat)
-        print(f"full {full:.2f} ms, scaled {scaled:.2f} ms ({full / scaled:.1f}x)")
-    return 0
+    def ideal(d):
+        im, _ = decode(d)
+        t = _target_of(d)
+        bands = [b.convert("F").resize(t, L) for b in im.split()]
+        return np.stack([np.asarray(b) for b in bands], -1)
+
+    candidates = {
+        "draft + LANCZOS (ours)": lambda d: _resized(d, L, 1, None),
+        "draft + BICUBIC": lambda d: _resized(d, B, 1, None),
+        "draft to 2x + LANCZOS": lambda d: _resized(d, L, 2, None),
+        "BICUBIC reducing_gap=2": lambda d: _resized(d, B, 0, 2.0),
+        "LANCZOS reducing_gap=3": lambda d: _resized(d, L, 0, 3.0),
+        "LANCZOS, no draft": lambda d: _resized(d, L, 0, None),
+    }
+    refs = {d: ideal(d) for d in big}
+    print(f"{'candidate':26s} {'ms/img':>8s} {'mean |diff|':>12s}")
+    for name, fn in candidates.items():
+        ms = best_ms(fn, big, repeat)
+        err = np.mean([np.abs(np.asarray(fn(d), np.float32) - refs[d]).mean() for d in big])
+        print(f"{name:26s} {ms:8.1f} {err:12.2f}")
+
+
+def _validation(typical: list[bytes], repeat: int) -> None:
+    print("\n4. validating a pass-through JPEG: full decode vs 1/8 DCT-scaled decode (same entropy"
+          " decoding, ms per image)")
+    full = best_ms(lambda d: decode(d), typical, repeat)
+    scaled = best_ms(lambda d: decode(d, (1, 1)), typical, repeat)
+    print(f"full {full:.2f} ms, scaled {scaled:.2f} ms ({full / scaled:.1f}x)")
 
 
 def _resized(data: bytes, resample, draft: int, reducing_gap):

@@ -223,7 +223,7 @@ import json, resource, sys, tracemalloc
 import scipy.io  # noqa: F401 - imported by the devkit reader; loaded before tracing starts
 from imagenet_shards.pipeline.prepare.config import Config
 from imagenet_shards.pipeline.prepare.plan import plan_splits
-from imagenet_shards.pipeline.prepare.run import index_sources
+from imagenet_shards.pipeline.prepare.inputs import index_sources
 src = sys.argv[1]
 tracemalloc.start()
 indexes, classes = index_sources(Config(), train=src + "/ILSVRC2012_img_train.tar",

@@ -109,7 +109,8 @@ from functools import partial
 from imagenet_shards.pipeline.prepare.config import Config
 from imagenet_shards.pipeline.prepare.holdout import holdout_rows
 from imagenet_shards.pipeline.prepare.plan import plan_splits
-from imagenet_shards.pipeline.prepare.run import index_sources, resolve_label_space
+from imagenet_shards.pipeline.prepare.inputs import index_sources
+from imagenet_shards.pipeline.prepare.label_space import resolve_label_space
 cfg = Config(holdout_per_class={k})
 tracemalloc.start()
 t0 = time.monotonic()

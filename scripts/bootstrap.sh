@@ -2,7 +2,7 @@
 # Idempotent set-up: .venv, the package with extras, and pillow-simd as the imported PIL.
 # Usage: scripts/bootstrap.sh [EXTRAS]   (default "test"; e.g. "test,s3")
 # Re-runs are no-ops unless pyproject.toml, setup.py, a file of the C folder (pipeline/native/), this script
-# or the extras changed.
+# or the extras changed, or a C compiler or the libjpeg headers appeared (the optional extensions then build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -10,9 +10,10 @@ PYTHON=${PYTHON:-python3}
 EXTRAS=${1:-test}
 say() { printf '[setup] %s\n' "$*" >&2; }
 
-# the whole C folder (every file, in name order, with its name): a change to any source or header rebuilds
+# the whole C folder (every file, in name order, with its name): a change to any source or header rebuilds;
+# so does a C compiler or the libjpeg headers appearing (the optional extensions then build: see the end)
 stamp_key=$( (cat pyproject.toml setup.py scripts/bootstrap.sh; for f in pipeline/native/*; do [ ! -f "$f" ] || { echo "$f"; cat "$f"; }; done
-              echo "extras=$EXTRAS") | sha256sum | cut -c1-16)
+              echo "extras=$EXTRAS"; command -v cc || true; ls /usr/include/jpeglib.h 2>/dev/null || true) | sha256sum | cut -c1-16)
 stamp="$VENV/.imagenet-shards-$stamp_key"
 if [ -f "$stamp" ]; then exit 0; fi
 
@@ -94,4 +95,10 @@ if [ "$have_simd" != yes ]; then
   fi
 fi
 "$VENV/bin/python" -m imagenet_shards.pipeline.tools.doctor --brief >&2 || true
+# setup.py builds the C extensions with optional=True: a failed build leaves the install "successful" and
+# pip -q silent. Say which one is missing, why and how to get it (one line each).
+missing_ext=$("$VENV/bin/python" -m imagenet_shards.pipeline.tools.doctor --extensions 2>&1) || true
+if [ -n "$missing_ext" ]; then
+  while IFS= read -r line; do say "WARNING: $line"; done <<< "$missing_ext"
+fi
 touch "$stamp"

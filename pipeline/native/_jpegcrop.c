@@ -144,11 +144,12 @@ static PyObject *decode_region(PyObject *self, PyObject *args, PyObject *kwargs)
 
 PyDoc_STRVAR(crop_into_doc,
 "crop_into(data, out, top, left, height, width, flip=False, *, restarts=True, scale=0, times=None,\n"
-"          entropy=None)\n"
+"          entropy=None, filter=\"bilinear\")\n"
 "    -> None or (kind, message)\n\n"
 "The crop box (top, left, height, width: pixels of the original, floats) of the JPEG `data`,\n"
-"resampled bilinearly (Pillow's antialiased filter; jpegcrop_resample.h) to the size of `out` -- a\n"
-"writable C-contiguous uint8 buffer of shape (3, H, W) -- and written there as CHW planes,\n"
+"resampled with `filter` (\"bilinear\" or \"bicubic\": Pillow's antialiased BILINEAR or BICUBIC;\n"
+"jpegcrop_resample.h) to the size of `out` -- a writable C-contiguous uint8 buffer of shape\n"
+"(3, H, W) -- and written there as CHW planes,\n"
 "mirrored left-right when `flip`. Decodes only what the filter reads, at DCT scale 1/2, 1/4 or 1/8\n"
 "when the crop stays at least the output size after it (scale=N: N/8, N in 1..16).\n"
 "restarts=False: never enter at restart markers (tests compare both ways).\n"
@@ -161,15 +162,17 @@ PyDoc_STRVAR(crop_into_doc,
 
 static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"data", "out", "top", "left", "height", "width", "flip", "restarts", "scale", "times",
-                             "entropy", NULL};
+                             "entropy", "filter", NULL};
     Py_buffer buf, out, clock = {0};
     PyObject *target, *times = Py_None, *entropy_arg = Py_None;
+    const char *filter_name = "bilinear";
     double top, left, height, width;
     int flip = 0, restarts = 1, num = 0, status = REGION_OK;
     char message[JMSG_LENGTH_MAX] = "";
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*Odddd|p$piOO:crop_into", kwlist, &buf, &target, &top, &left,
-                                     &height, &width, &flip, &restarts, &num, &times, &entropy_arg))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*Odddd|p$piOOs:crop_into", kwlist, &buf, &target, &top, &left,
+                                     &height, &width, &flip, &restarts, &num, &times, &entropy_arg,
+                                     &filter_name))
         return NULL;
     int entropy = entropy_choice(entropy_arg);
     if (entropy < 0) {
@@ -196,10 +199,14 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
         bad = "the crop box must be finite with a positive height and width";
     else if (clock.obj != NULL && clock.len != 2 * (Py_ssize_t)sizeof(double))
         bad = "times must be a buffer of 2 float64";
+    else if (strcmp(filter_name, "bilinear") != 0 && strcmp(filter_name, "bicubic") != 0)
+        bad = "filter must be \"bilinear\" or \"bicubic\"";
+    int filter = strcmp(filter_name, "bicubic") == 0 ? RESAMPLE_BICUBIC : RESAMPLE_BILINEAR;
     if (bad == NULL) {
         Py_BEGIN_ALLOW_THREADS
         status = crop_to_planes(buf.buf, (size_t)buf.len, top, left, height, width, out.buf, (int)out.shape[1],
-                      (int)out.shape[2], flip, restarts, num, entropy, message, clock.obj != NULL ? (double *)clock.buf : NULL);
+                      (int)out.shape[2], flip, restarts, num, entropy, message,
+                      clock.obj != NULL ? (double *)clock.buf : NULL, filter);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&out);

@@ -145,7 +145,7 @@ static double thread_cpu_seconds(void) {
 
 int crop_to_planes(const unsigned char *data, size_t size, double top, double left, double height, double width,
                 unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, int entropy,
-                char *message, double *times) {
+                char *message, double *times, int filter) {
     double t0 = times != NULL ? thread_cpu_seconds() : 0.0;
     int W, H, comps;
     if (!jpeg_frame_size(data, size, &W, &H, &comps) || comps != 3)
@@ -155,13 +155,14 @@ int crop_to_planes(const unsigned char *data, size_t size, double top, double le
     double f = num / 8.0;
     int Ws = (W * num + 7) / 8, Hs = (H * num + 7) / 8;  /* libjpeg's scaled size: rounded up */
     struct axis h, v;
-    int ht = axis_taps(left * f, (left + width) * f, out_w), vt = axis_taps(top * f, (top + height) * f, out_h);
+    int ht = axis_taps(left * f, (left + width) * f, out_w, filter);
+    int vt = axis_taps(top * f, (top + height) * f, out_h, filter);
     size_t hb = axis_bytes(out_w, ht);
     unsigned char *mem = arena_get(&axes_memory, hb + axis_bytes(out_h, vt));
     if (mem == NULL)
         return REGION_NO_MEMORY;
-    axis_plan(&h, left * f, (left + width) * f, Ws, out_w, mem);
-    axis_plan(&v, top * f, (top + height) * f, Hs, out_h, mem + hb);
+    axis_plan(&h, left * f, (left + width) * f, Ws, out_w, mem, filter);
+    axis_plan(&v, top * f, (top + height) * f, Hs, out_h, mem + hb, filter);
     int x0 = axis_low(&h), x1 = axis_high(&h), y0 = axis_low(&v), y1 = axis_high(&v);
     if (x0 >= x1 || y0 >= y1)
         return REGION_DECLINED;

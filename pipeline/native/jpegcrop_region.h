@@ -44,7 +44,8 @@ int region_read(struct region *r, unsigned char *pixels, size_t stride);
 void region_end(struct region *r);
 
 /* The crop box (top, left, height, width: pixels of the original) of `data` resampled to out_h x
- * out_w into the CHW planes `dst`, flipped when asked (the whole of _jpegcrop.crop_into): the DCT
+ * out_w with `filter` (a resample_filter, jpegcrop_resample.h) into the CHW planes `dst`, flipped
+ * when asked (the whole of _jpegcrop.crop_into): the DCT
  * scale num/8 (0: 1/8, 1/4, 1/2 when the crop stays at least the output size, else 8/8), the axes,
  * the region they read decoded (entering at restart markers unless `restarts` is 0), the resample.
  * entropy: an entropy_choice. Returns a region_status (never REGION_RETRY); `message` (JMSG_LENGTH_MAX) gets libjpeg's text for REGION_ERROR and
@@ -52,6 +53,6 @@ void region_end(struct region *r);
  * times[0] and times[1]. Scratch memory is per thread, kept between calls. */
 int crop_to_planes(const unsigned char *data, size_t size, double top, double left, double height, double width,
                    unsigned char *dst, int out_h, int out_w, int flip, int restarts, int num, int entropy,
-                   char *message, double *times);
+                   char *message, double *times, int filter);
 
 #endif

@@ -1,7 +1,8 @@
-/* The bilinear resampler of the turbo decoder's one-call path (_jpegcrop.crop_into).
+/* The resampler of the turbo decoder's one-call path (_jpegcrop.crop_into).
  *
- * Semantics (docs/loader.md, "The resampler"): Pillow's `Image.resize(size, BILINEAR, box=...)` --
- * a triangle filter whose support grows with the downscale factor (antialiased), the same taps and
+ * Semantics (docs/loader.md, "The resampler"): Pillow's `Image.resize(size, BILINEAR or BICUBIC,
+ * box=...)` -- a triangle (support 1) or Keys cubic (a = -0.5, support 2) filter whose support grows
+ * with the downscale factor (antialiased), the same taps and
  * weights computed in double as Pillow's `precompute_coeffs`, horizontal pass then vertical pass,
  * each rounded to 8 bits -- with the weights in 14-bit fixed point (Pillow: 22 bits), so that two
  * taps fit one `pmaddwd`. The output is within 1 level of the exact (float) two-pass filter and of
@@ -16,6 +17,9 @@
 
 #define RESAMPLE_BITS 14
 
+/* The filter of an axis: Pillow's BILINEAR and BICUBIC (timm's two train interpolations). */
+enum resample_filter { RESAMPLE_BILINEAR = 0, RESAMPLE_BICUBIC = 1 };
+
 /* One axis of a resample: output pixel i reads input pixels first[i] .. first[i] + count[i] - 1
  * (in the coordinates of the whole scaled image) with weights coef[i * taps ...], zero padded to
  * `taps`, a multiple of 4. */
@@ -29,13 +33,14 @@ struct axis {
 };
 
 /* Taps per output pixel (a multiple of 4) and bytes of memory `axis_plan` needs for an axis of
- * `out` pixels sampling [in0, in1). */
-int axis_taps(double in0, double in1, int out);
+ * `out` pixels sampling [in0, in1) with `filter` (a resample_filter). */
+int axis_taps(double in0, double in1, int out, int filter);
 size_t axis_bytes(int out, int taps);
 
-/* Pillow's precompute_coeffs for the bilinear filter over [in0, in1) of an input `in_size` pixels
- * long, into `mem` (axis_bytes long); then weights to RESAMPLE_BITS fixed point. */
-void axis_plan(struct axis *a, double in0, double in1, int in_size, int out, void *mem);
+/* Pillow's precompute_coeffs for `filter` (a resample_filter) over [in0, in1) of an input `in_size`
+ * pixels long, into `mem` (axis_bytes long); then weights to RESAMPLE_BITS fixed point, rounded half
+ * away from zero (Pillow's normalize_coeffs_8bpc; the cubic's lobes are negative). */
+void axis_plan(struct axis *a, double in0, double in1, int in_size, int out, void *mem, int filter);
 
 /* The lowest and one past the highest input pixel the axis reads. */
 int axis_low(const struct axis *a);

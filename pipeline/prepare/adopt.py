@@ -26,7 +26,7 @@ from collections import Counter
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.format.classes import imagenet_1k_classes, wnid_names
+from imagenet_shards.pipeline.format.classes import imagenet_1k_classes
 from imagenet_shards.pipeline.format.digest import FAST
 from imagenet_shards.pipeline.format.label_spaces import (is_imagenet_1k, known_names, label_space as
                                                           named_space, present_space)
@@ -34,6 +34,7 @@ from imagenet_shards.pipeline.format.manifest import (INFO_SPLIT_NAMES, MANIFEST
                                                       write_outputs)
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.adopt_scan import ShardScan, scan_shard
+from imagenet_shards.pipeline.prepare.job_state import class_table
 
 SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 _SPLIT_RE = re.compile(r"(?:^|[-_./])(train|training|val|valid|validation|test)(?=[-_./])")
@@ -221,6 +222,52 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
     nothing decodes is a fault too, unless `exclude_bad` (then that sample is left out, recorded)."""
     t0 = time.monotonic()
     src, dest = str(src).rstrip("/") or "/", str(out or src).rstrip("/") or "/"
+    local, in_place, existing = _destination(src, dest)
+    splits, info = find_shards(src)
+    ignored = splits.pop("test", [])  # unlabeled: nothing a classifier can train or evaluate on
+    jobs = [(rel if "://" in rel else storage.join(src, rel), rel, split, deep, exclude_bad)
+            for split in sorted(splits) for rel in splits[split]]
+    scans: list = [None] * len(jobs)
+    with tqdm(total=len(jobs), desc="adopt: scan", unit="shard", disable=not progress, dynamic_ncols=True) as bar:
+        for i, scan in run_jobs(scan_shard, jobs, workers=workers):
+            scans[i] = scan
+            bar.update()
+    where = _refuse_problems(src, scans, info)
+    classes, unverified = prove_labels(scans, where, trust_labels)
+    extra_labels = check_alt_labels(scans, where)
+    space_name, space = space_of(classes)
+    adopted = {"from": storage.redact(src) if local is None else os.path.abspath(local),
+               "sample_exts": sorted(set().union(*(s.exts for s in scans))), "ignored": sorted(ignored),
+               "label_space": space_name,
+               **({"extra_labels": extra_labels} if extra_labels else {}),
+               "formats": {split: dict(sorted(sum((s.formats for s in scans if s.split == split), Counter()).items()))
+                           for split in sorted(splits)},
+               "labels": {split: {"verified": sum(len(s.keys) for s in scans if s.split == split) - n, "trusted": n}
+                          for split, n in sorted(unverified.items())}}
+
+    def url(rel: str) -> str:  # as the manifest lists it: relative beside the shards, else absolute
+        if in_place or "://" in rel:
+            return rel
+        return os.path.abspath(os.path.join(local, rel)) if local is not None else storage.join(src, rel)
+
+    state = {"config": {"mode": "adopt", "trust_labels": trust_labels, "deep": deep, "exclude_bad": exclude_bad},
+             "classes": class_table(classes, {c.wnid: c.index for c in imagenet_1k_classes()}
+                                    if space_name == "subset" else None),  # a subset keeps each class's 1k index
+             "sources": [], "splits": {}}
+    if space is not None:  # a full-ImageNet space: named in the manifest, as prepare-shards names one
+        state["label_space"], state["dataset"] = space.record(), space.dataset
+    records = {split: _split_records(state, split, [s for s in scans if s.split == split], classes, adopted["from"], url)
+               for split in sorted(splits)}
+    manifest = build_manifest(state, records)
+    _write(dest, manifest, existing, adopted)
+    return summarize(manifest, dest, time.monotonic() - t0)
+
+
+def _destination(src: str, dest: str) -> tuple[str | None, bool, dict | None]:
+    """Check where the manifest goes, before any scan: (SRC as a local path or None, whether the manifest
+    goes beside the shards, the manifest already at DEST or None). AdoptError for a URL with
+    credentials (they would be written into the manifest), a DEST that cannot be written, or a
+    manifest at DEST that adopt did not write."""
     for url in (src, dest):
         if storage.redact(url) != url:
             raise AdoptError(f"{storage.redact(url)} carries credentials in the URL, which would be written into the "
@@ -239,15 +286,11 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
     if existing is not None and not (isinstance(existing, dict) and "adopted" in existing):
         raise AdoptError(f"{storage.redact(dest)} already holds a {MANIFEST_NAME} that adopt did not write: audit that "
                          "set with audit-shards, or give another --out")
-    splits, info = find_shards(src)
-    ignored = splits.pop("test", [])  # unlabeled: nothing a classifier can train or evaluate on
-    jobs = [(rel if "://" in rel else storage.join(src, rel), rel, split, deep, exclude_bad)
-            for split in sorted(splits) for rel in splits[split]]
-    scans: list = [None] * len(jobs)
-    with tqdm(total=len(jobs), desc="adopt: scan", unit="shard", disable=not progress, dynamic_ncols=True) as bar:
-        for i, scan in run_jobs(scan_shard, jobs, workers=workers):
-            scans[i] = scan
-            bar.update()
+    return local, in_place, existing
+
+
+def _refuse_problems(src: str, scans: list[ShardScan], info: dict | None) -> dict[str, str]:
+    """AdoptError naming the set's problems (set_problems), if it has any; else where each key is."""
     problems, count, where = set_problems(scans, info)
     if problems:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(Counter(p[0] for p in problems).items()))
@@ -256,47 +299,27 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
                 if any(p[0] == "undecodable" for p in problems) else "")
         raise AdoptError(f"{storage.redact(src)} has problems, nothing adopted: {count} ({kinds}); first: {shard}"
                          + (f" {key}" if key else "") + f": {detail}{hint}", problems)
-    classes, unverified = prove_labels(scans, where, trust_labels)
-    extra_labels = check_alt_labels(scans, where)
-    space_name, space = space_of(classes)
-    adopted = {"from": storage.redact(src) if local is None else os.path.abspath(local),
-               "sample_exts": sorted(set().union(*(s.exts for s in scans))), "ignored": sorted(ignored),
-               "label_space": space_name,
-               **({"extra_labels": extra_labels} if extra_labels else {}),
-               "formats": {split: dict(sorted(sum((s.formats for s in scans if s.split == split), Counter()).items()))
-                           for split in sorted(splits)},
-               "labels": {split: {"verified": sum(len(s.keys) for s in scans if s.split == split) - n, "trusted": n}
-                          for split, n in sorted(unverified.items())}}
+    return where
 
-    def url(rel: str) -> str:  # as the manifest lists it: relative beside the shards, else absolute
-        if in_place or "://" in rel:
-            return rel
-        return os.path.abspath(os.path.join(local, rel)) if local is not None else storage.join(src, rel)
 
-    table, names = {c.wnid: c for c in imagenet_1k_classes()}, wnid_names()
-    subset = space_name == "subset"  # a class subset's table keeps each class's 1k index, as prepare's does
-    state = {"config": {"mode": "adopt", "trust_labels": trust_labels, "deep": deep, "exclude_bad": exclude_bad},
-             "classes": [{"index": i, "wnid": w, "name": names.get(w, w),
-                          **({"imagenet_1k_index": table[w].index} if subset else {})} for i, w in enumerate(classes)],
-             "sources": [], "splits": {}}
-    if space is not None:  # a full-ImageNet space: named in the manifest, as prepare-shards names one
-        state["label_space"], state["dataset"] = space.record(), space.dataset
-    records = {}
-    for split in sorted(splits):
-        mine = [s for s in scans if s.split == split]
-        fingerprint = hashlib.sha256("".join(f"{s.rel}\t{s.sha256}\n" for s in mine).encode()).hexdigest()
-        state["sources"].append({"split": split, "kind": "adopted-webdataset", "name": adopted["from"],
-                                 "bytes": sum(s.bytes for s in mine), "shards": len(mine),
-                                 "fingerprint": f"shards-sha256:{fingerprint}"})
-        state["splits"][split] = {"plan_rejected": [], "images_in": sum(len(s.keys) for s in mine)}
-        records[split] = [{"index": i, "url": url(s.rel), "num_samples": len(s.keys) - len(s.excluded),
-                           "bytes": s.bytes, "sha256": s.sha256, "md5": s.md5, FAST: s.xxh3_128, "skipped": [], "fixed": [],
-                           "rejected": [{"split": split, "key": key, "source": s.rel, "reason": reason,
-                                         "detail": detail} for key, reason, detail in s.excluded],
-                           **({"excluded": sorted(key for key, _, _ in s.excluded)} if s.excluded else {}),
-                           "class_counts": {classes[label]: n for label, n in s.labels.items()}}
-                          for i, s in enumerate(mine)]
-    manifest = build_manifest(state, records)
+def _split_records(state: dict, split: str, mine: list[ShardScan], classes: list[str], name: str, url) -> list[dict]:
+    """One split of the adopted set: its source and split entries added to `state`; its shard records."""
+    fingerprint = hashlib.sha256("".join(f"{s.rel}\t{s.sha256}\n" for s in mine).encode()).hexdigest()
+    state["sources"].append({"split": split, "kind": "adopted-webdataset", "name": name,
+                             "bytes": sum(s.bytes for s in mine), "shards": len(mine),
+                             "fingerprint": f"shards-sha256:{fingerprint}"})
+    state["splits"][split] = {"plan_rejected": [], "images_in": sum(len(s.keys) for s in mine)}
+    return [{"index": i, "url": url(s.rel), "num_samples": len(s.keys) - len(s.excluded),
+             "bytes": s.bytes, "sha256": s.sha256, "md5": s.md5, FAST: s.xxh3_128, "skipped": [], "fixed": [],
+             "rejected": [{"split": split, "key": key, "source": s.rel, "reason": reason,
+                           "detail": detail} for key, reason, detail in s.excluded],
+             **({"excluded": sorted(key for key, _, _ in s.excluded)} if s.excluded else {}),
+             "class_counts": {classes[label]: n for label, n in s.labels.items()}}
+            for i, s in enumerate(mine)]
+
+
+def _write(dest: str, manifest: dict, existing: dict | None, adopted: dict) -> None:
+    """The manifest, the wids indexes and `_info.json` where it is ours to (re)write."""
     try:
         present = json.loads(storage.read_bytes(storage.join(dest, "_info.json")))
     except (OSError, ValueError):
@@ -307,7 +330,6 @@ def adopt(src: str, *, out: str | None = None, trust_labels: bool = False, deep:
     manifest["adopted"] = dict(adopted, info_json="written" if write_info else "source")
     storage.makedirs(dest)
     write_outputs(dest, manifest, info=write_info)
-    return summarize(manifest, dest, time.monotonic() - t0)
 
 
 def summarize(manifest: dict, dest: str, wall_s: float) -> dict:

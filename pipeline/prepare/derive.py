@@ -34,7 +34,8 @@ from imagenet_shards.pipeline.prepare.errors import PrepareError
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
 from imagenet_shards.pipeline.prepare.images import decode_resized
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
-from imagenet_shards.pipeline.prepare.parts import job_id, join_parts, state_differences
+from imagenet_shards.pipeline.prepare.job_state import claim_part_count
+from imagenet_shards.pipeline.prepare.parts import job_id, part_state_rel, state_differences
 from imagenet_shards.pipeline.prepare.plan import part_of
 from imagenet_shards.pipeline.prepare.shards import open_shard
 from imagenet_shards.pipeline.storage.atomic import DiskFull
@@ -174,7 +175,9 @@ def derive(src: str, *, out: str, form: str = pixels.FORM, max_side: int = 400, 
         raise PrepareError(str(e)) from None
     try:
         _claim(outdir, state)
-        join_parts(outdir, part, state)
+        if part[1] > 1:  # as prepare's parts: one count per job, and what this part ran with
+            claim_part_count(outdir, part)
+            outdir.write_json(part_state_rel(part), state)
         mine = [sp for n, sp in enumerate(specs) if part_of(n, *part)]
         done = outdir.load_records(mine, verify_existing)
         pending = [sp for sp in mine if (sp.split, sp.index) not in done]

@@ -24,9 +24,6 @@ import hashlib
 import json
 import os
 
-from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.prepare.errors import PrepareError
-
 PARTS_DIR = "_prepare"
 PARTS_RECORD = f"{PARTS_DIR}/parts.json"  # {"count": N}: the number of parts the job's first part named
 
@@ -106,23 +103,6 @@ def check_part_count(recorded: dict | None, part: tuple[int, int]) -> str | None
             f"{PARTS_RECORD}), not {part[1]}: with two counts some shards belong to no part; give --part I/{n} "
             f"(or run without --part to build what is left); to split it another way, remove {PARTS_RECORD} "
             "once no part of the job runs")
-
-
-def join_parts(outdir, part: tuple[int, int], state: dict) -> None:
-    """For part I of N > 1: record the job's number of parts (the first part to get here does, even
-    among parts started at once; PrepareError if this part names another) and the state this part
-    runs with, for finalize to name what differs if a sibling ran otherwise. Nothing for one part."""
-    if part[1] == 1:
-        return
-    try:
-        recorded = outdir.claim_json(PARTS_RECORD, {"count": part[1]})
-    except (OSError, ValueError) as e:
-        raise PrepareError(f"cannot record the job's parts in {outdir.where}/{PARTS_RECORD}: "
-                           f"{storage.redact(e)}") from None
-    why = check_part_count(recorded, part)
-    if why:
-        raise PrepareError(why)
-    outdir.write_json(part_state_rel(part), state)
 
 
 def job_id(state: dict) -> str:

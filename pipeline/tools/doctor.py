@@ -4,17 +4,52 @@
 pillow-simd, the libjpeg(-turbo) version, which entropy decoder the turbo crop decoder uses (its own for
 the restart-marker files, or libjpeg's: IMAGENET_SHARDS_ENTROPY, docs/loader.md), AVX2 support, and the
 torch/torchvision versions. Exit 2 when IMAGENET_SHARDS_ENTROPY holds a value it does not know.
+
+The two C extensions are optional (setup.py builds them with ``optional=True``: an install without
+a C compiler or the libjpeg-turbo headers succeeds without them, and pip says nothing), so doctor
+names each one that does not import, what that costs and how to get it; ``--extensions`` prints
+just those lines (exit 1 if any), which scripts/bootstrap.sh runs after installing.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import sys
 from importlib import metadata
 
 from imagenet_shards.pipeline.console import OneLineParser
+
+
+# each optional extension: what it is, and what runs without it
+EXTENSIONS = {
+    "imagenet_shards.train.loader._jpegcrop": "the turbo crop decoder (pipeline/native/_jpegcrop.c): without it "
+                                              "the loader decodes with Pillow (decoder auto), slower",
+    "imagenet_shards.pipeline.prepare._jpegtran": "prepare-shards' restart-marker rewrite (pipeline/native/_jpegtran.c): "
+                                                  "without it pass-through JPEGs are stored byte for byte, without "
+                                                  "restart markers",
+}
+BUILD_FIX = ("install a C compiler and the libjpeg-turbo headers (sudo apt-get install -y gcc libjpeg-dev), "
+             "then run make setup")
+
+
+def missing_extensions() -> dict[str, str]:
+    """{module name: why it does not import} for each optional extension that does not (a file that is
+    there but fails to load counts: a missing libjpeg.so, another Python's build)."""
+    missing = {}
+    for module in EXTENSIONS:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            missing[module] = str(e) or type(e).__name__
+    return missing
+
+
+def extension_lines(missing: dict[str, str]) -> list[str]:
+    """One line per missing extension: its name, what it is and costs, why it did not import, the fix."""
+    return [f"{module.rsplit('.', 1)[1]} not built: {EXTENSIONS[module]} ({why}); to build it: {BUILD_FIX}"
+            for module, why in missing.items()]
 
 
 def _dist_version(name: str) -> str | None:
@@ -43,12 +78,11 @@ def backend_info() -> dict:
         "libjpeg_version": features.version("jpg"),  # the libjpeg API version (6.2 for turbo's default build)
         "libjpeg_turbo_version": features.version("libjpeg_turbo"),
         "cpu_avx2": avx2,
-        # the loader's optional libjpeg-turbo region decoder (pipeline/native/_jpegcrop.c); without it `auto` uses PIL
-        "turbo_crop_decoder": importlib.util.find_spec("imagenet_shards.train.loader._jpegcrop") is not None,
-        # prepare-shards' optional lossless rewrite with restart markers (pipeline/native/_jpegtran.c); without
-        # it pass-through JPEGs are stored byte for byte, without markers
-        "restart_marker_rewrite": importlib.util.find_spec("imagenet_shards.pipeline.prepare._jpegtran") is not None,
     }
+    missing = missing_extensions()  # the two optional C extensions: EXTENSIONS says what each is
+    info["turbo_crop_decoder"] = "imagenet_shards.train.loader._jpegcrop" not in missing
+    info["restart_marker_rewrite"] = "imagenet_shards.pipeline.prepare._jpegtran" not in missing
+    info["missing_extensions"] = missing
     # the turbo crop decoder's entropy decoding: "own" (pipeline/native/jpegcrop_cells.c) or "libjpeg", and why
     info["entropy_decoder"], info["entropy_decoder_reason"] = _entropy_path() if info["turbo_crop_decoder"] else (None, None)
     for mod in ("torch", "torchvision", "webdataset"):
@@ -67,11 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="imagenet-shards-doctor", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--brief", action="store_true", help="one line")
+    p.add_argument("--extensions", action="store_true",
+                   help="only a line per optional C extension that does not import, with the fix (exit 1 if any)")
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.extensions:
+        lines = extension_lines(missing_extensions())
+        for line in lines:
+            print(line)
+        return 1 if lines else 0
     info = backend_info()
     reason = info["entropy_decoder_reason"] or ""
     if reason.startswith("error:"):
@@ -80,7 +121,10 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(info, sort_keys=True))
         return 0
-    fast = info["pillow_simd"] and info["libjpeg_turbo"]
+    fast = info["pillow_simd"] and info["libjpeg_turbo"] and info["turbo_crop_decoder"]
+    todo = ([] if info["pillow_simd"] and info["libjpeg_turbo"] else ["run scripts/bootstrap.sh to get pillow-simd"]) + [
+        f"build {m.rsplit('.', 1)[1]} (imagenet-shards-doctor says how)" for m in info["missing_extensions"]]
+    verdict = ("fast path" if fast else "SLOW PATH") + (f": {'; '.join(todo)}" if todo else "")
     jpeg = (f"libjpeg-turbo {info['libjpeg_turbo_version']}" if info["libjpeg_turbo"]
             else f"libjpeg {info['libjpeg_version']} (not turbo)")
     line = (f"PIL {info['pil_version']} ({'pillow-simd' if info['pillow_simd'] else 'plain Pillow'}), {jpeg}, "
@@ -88,13 +132,15 @@ def main(argv=None) -> int:
             f"entropy decoder {info['entropy_decoder'] or 'none'}, "
             f"restart-marker rewrite {'built' if info['restart_marker_rewrite'] else 'not built'}, "
             f"AVX2 {'yes' if info['cpu_avx2'] else 'no'}, torch {info['torch']}, torchvision {info['torchvision']}"
-            f" -> {'fast path' if fast else 'SLOW PATH: run scripts/bootstrap.sh to get pillow-simd'}")
+            f" -> {verdict}")
     if args.brief:
         print(line)
         return 0
     for k, v in info.items():
         print(f"{k:22s} {v}")
     print(line)
+    for advice in extension_lines(info["missing_extensions"]):
+        print(advice)
     return 0
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from gpu_check_child import kill_group
-from gpu_check_report import ProcSampler
+from gpu_check_measure import ProcSampler
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = {"recipe_rn50": "ffcv-rn50-16", "recipe_rn18": "ffcv-rn18-16"}

@@ -4,8 +4,10 @@ kernels, instead of a dozen small ones per image (torchvision's `resized_crop` i
 The images are padded into one tensor (torch's nested-tensor padding: one copy into a flat buffer
 and one padding kernel, not one copy per image) and each output is `Wy @ image @ Wx^T`, with
 per-image weight matrices of the antialiased bilinear filter (torch's and PIL's: a triangle widened
-by the downscale factor, cut at the crop's edges and renormalized) and the horizontal flip folded
-into `Wx`. Measured against torchvision's uint8 `resized_crop` on the same images: at most one grey
+by the downscale factor, cut at the crop's edges and renormalized), or per image of the bicubic one
+(PIL's and torch's antialiased bicubic: Keys' cubic, a = -0.5, support 2 widened the same way; one
+float pass, so unlike PIL's uint8 passes nothing is clipped between the two), and the horizontal
+flip folded into `Wx`. Measured against torchvision's uint8 `resized_crop` on the same images: at most one grey
 level apart (it rounds between its two passes; against its float path, equal but for rare ties),
 when the matmuls run in float32: TF32 (`torch.set_float32_matmul_precision("high")`, which the
 trainer sets only for `--amp none`) keeps 10 mantissa bits and can add a grey level.
@@ -74,19 +76,34 @@ def center_crop_boxes(widths, heights, resize: int, crop: int) -> np.ndarray:
     return np.stack([top * sy, left * sx, crop * sy, crop * sx], 1)
 
 
-def resize_weights(starts: torch.Tensor, lengths: torch.Tensor, size: int, extent: int) -> torch.Tensor:
-    """[B, size, extent] float32 weights of an antialiased bilinear resample of each row range
-    [start, start+length) to `size` outputs (torch's/PIL's antialias filter: a triangle widened by
-    the downscale factor, cut at the range's ends and renormalized)."""
+def _keys_cubic(x: torch.Tensor) -> torch.Tensor:
+    """PIL's bicubic_filter (a = -0.5) at |x|."""
+    a = -0.5
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    return torch.where(x < 1.0, near, torch.where(x < 2.0, far, torch.zeros_like(x)))
+
+
+def resize_weights(starts: torch.Tensor, lengths: torch.Tensor, size: int, extent: int,
+                   cubic: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, size, extent] float32 weights of an antialiased resample of each row range
+    [start, start+length) to `size` outputs (torch's/PIL's antialias filters: a triangle, or where
+    `cubic` (bool [B]) is set Keys' cubic, widened by the downscale factor, cut at the range's ends
+    and renormalized)."""
     lengths = lengths.clamp(min=1).to(torch.float32).view(-1, 1, 1)
     starts = starts.to(torch.float32).view(-1, 1, 1)
     scale = lengths / size
-    support = scale.clamp(min=1.0)
+    filterscale = scale.clamp(min=1.0)
+    support = filterscale if cubic is None else filterscale * (1.0 + cubic.to(torch.float32).view(-1, 1, 1))
     center = (torch.arange(size, device=starts.device, dtype=torch.float32).view(1, -1, 1) + 0.5) * scale
     j = torch.arange(extent, device=starts.device, dtype=torch.float32).view(1, 1, -1) - starts  # crop coords
     lo = (center - support + 0.5).floor().clamp(min=0)
     hi = torch.minimum((center + support + 0.5).floor(), lengths)
-    w = (1 - ((j - center + 0.5) / support).abs()).clamp(min=0) * ((j >= lo) & (j < hi))
+    x = ((j - center + 0.5) / filterscale).abs()
+    w = (1 - x).clamp(min=0)
+    if cubic is not None:
+        w = torch.where(cubic.view(-1, 1, 1), _keys_cubic(x), w)
+    w = w * ((j >= lo) & (j < hi))
     return w / w.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
@@ -98,11 +115,11 @@ def padded(images: list[torch.Tensor], height: int, width: int) -> torch.Tensor:
         return nested.to_padded_tensor(0.0, output_size=(len(images), 3, height, width))
 
 
-def crop_batch(images: list[torch.Tensor], boxes, flips, size: int) -> torch.Tensor:
-    """Resized crops (antialiased bilinear) of each image's box (top, left, h, w: rows of `boxes`,
-    a [B,4] array or a list of tuples) to size x size, flipped where asked; uint8 [B,3,size,size] on
-    the images' device. Same integer box rounding as the CPU loader's tvio path. Chunks of at most
-    CROP_CHUNK_FLOATS padded pixels bound the memory."""
+def crop_batch(images: list[torch.Tensor], boxes, flips, size: int, cubic=None) -> torch.Tensor:
+    """Resized crops (antialiased bilinear, or bicubic where `cubic`, bool [B], is set) of each
+    image's box (top, left, h, w: rows of `boxes`, a [B,4] array or a list of tuples) to size x size,
+    flipped where asked; uint8 [B,3,size,size] on the images' device. Same integer box rounding as
+    the CPU loader's tvio path. Chunks of at most CROP_CHUNK_FLOATS padded pixels bound the memory."""
     device = images[0].device
     b = len(images)
     out = torch.empty((b, 3, size, size), dtype=torch.uint8, device=device)
@@ -112,15 +129,21 @@ def crop_batch(images: list[torch.Tensor], boxes, flips, size: int) -> torch.Ten
     geometry = torch.from_numpy(np.stack([t0, np.rint(box[:, 0] + box[:, 2]) - t0, l0,
                                           np.rint(box[:, 1] + box[:, 3]) - l0]).astype(np.int64))
     flip = torch.from_numpy(np.asarray(flips, dtype=bool).reshape(b))
+    bicubic = None if cubic is None else torch.from_numpy(np.asarray(cubic, dtype=bool).reshape(b))
+    if bicubic is not None and not bool(bicubic.any()):
+        bicubic = None  # all bilinear: the plain weights
     if device.type == "cuda":  # from pinned memory: an asynchronous copy that does not stall the stream
         geometry, flip = geometry.pin_memory(), flip.pin_memory()
+        bicubic = None if bicubic is None else bicubic.pin_memory()
     geometry, flip = geometry.to(device, non_blocking=True), flip.to(device, non_blocking=True)
+    bicubic = None if bicubic is None else bicubic.to(device, non_blocking=True)
     chunk = max(1, CROP_CHUNK_FLOATS // (3 * H * W))
     for a in range(0, b, chunk):
         z = min(b, a + chunk)
         canvas = padded(images[a:z], H, W)
-        wy = resize_weights(geometry[0, a:z], geometry[1, a:z], size, H)
-        wx = resize_weights(geometry[2, a:z], geometry[3, a:z], size, W)
+        part = None if bicubic is None else bicubic[a:z]
+        wy = resize_weights(geometry[0, a:z], geometry[1, a:z], size, H, part)
+        wx = resize_weights(geometry[2, a:z], geometry[3, a:z], size, W, part)
         wx = torch.where(flip[a:z].view(-1, 1, 1), wx.flip(1), wx)
         res = torch.matmul(torch.matmul(wy.unsqueeze(1), canvas), wx.transpose(1, 2).unsqueeze(1))
         out[a:z] = res.round_().clamp_(0, 255).to(torch.uint8)

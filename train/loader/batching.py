@@ -85,6 +85,7 @@ class DecodeConfig:
     decoder: str = "pil"
     aug: str | None = None
     val_ratio: float | None = None  # FFCV's centre crop of this ratio, resized to val_crop (decode_val)
+    interpolation: str = "bilinear"  # the crops' filter (augment.interpolation; "random": train only)
 
     @property
     def out_size(self) -> int:
@@ -104,7 +105,8 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
     label = dec.decode_label(rec.cls)
     if cfg.train:
         img = dec.decode_train(rec.jpg, res=cfg.res, rng=rng, scale=cfg.scale, ratio=cfg.ratio,
-                               hflip=cfg.hflip, decoder=cfg.decoder, out=out if aug is None else None)
+                               hflip=cfg.hflip, decoder=cfg.decoder, out=out if aug is None else None,
+                               interpolation=cfg.interpolation)
         if aug is not None:
             t = torch.from_numpy(np.ascontiguousarray(img))
             img = dec.apply_aug(aug, t, rng.getrandbits(63)).numpy()
@@ -113,7 +115,7 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
                 img = out
     else:
         img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out,
-                             ratio=cfg.val_ratio)
+                             ratio=cfg.val_ratio, interpolation=cfg.interpolation)
     return img, label
 
 

@@ -25,8 +25,9 @@ from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.digest import shard_check
 from imagenet_shards.pipeline.interrupts import RUN_SIGNALS
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
+from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader import fingerprint, position
+from imagenet_shards.train.loader import activity, fingerprint, position
 from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, batches
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, pieces_at
@@ -79,6 +80,7 @@ class ShardDataset(IterableDataset):
         # per DataLoader worker: what reading from the store cost so far (``STORE_FIELDS``), all epochs
         self.store = torch.zeros((max(1, workers), len(STORE_FIELDS)), dtype=torch.float64).share_memory_()
         self._counters: storage.ReadCounters | None = None  # this process's, published into `store`
+        self.activity = activity.new_board(workers)  # what each worker read last (a stall's name: activity.py)
 
     def plan(self, epoch: int | None = None) -> list[WorkerPlan]:
         """This rank's per-worker plans for ``epoch`` (default: the one ``set_epoch`` selected): the
@@ -128,6 +130,7 @@ class ShardDataset(IterableDataset):
                               shard_bytes=self.shard_bytes, counters=self._counters, digests=self.digests,
                               bad_shards=self.bad_shards)
         records = self._publishing(records, info.id if info is not None else 0)
+        records = activity.reading(records, self.activity, info.id if info is not None else 0)
         if cfg.train:
             records = position.worker_stream(records, plan, self.shuffle_buffer, seed)
         if order:
@@ -236,6 +239,7 @@ class ShardLoader:
         self._progress: EpochProgress | None = None
         self._start: dict | None = None  # the position `resume` set for the resumed epoch
         self._iterators: weakref.WeakSet = weakref.WeakSet()  # this loader's live worker iterators
+        self.wait = activity.Wait()  # the main process's wait for the next batch (trainer/watch/stall.py)
 
     def store_stats(self, seconds: float | None = None) -> dict:
         """What reading remote shards cost so far (all iterations), per DataLoader worker and in all:
@@ -370,7 +374,7 @@ class ShardLoader:
             _LIVE_ITERATORS.add(batches_in)
             _OUR_WORKERS.update(getattr(batches_in, "_workers", ()))
         try:
-            for images, labels, info in batches_in:
+            for images, labels, info in self.wait.around(batches_in):
                 self._releaser.release_done()  # batches handed out earlier that nobody holds any more
                 self._releaser.track(images, info.worker, info.slot, info.token)
                 if info.bad:
@@ -396,7 +400,7 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
                 val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False,
                 readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy(), bad_shards: str = "stop",
-                verify: bool = True) -> ShardLoader:
+                verify: bool = True, interpolation: str = "bilinear") -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
@@ -410,7 +414,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     sequential stream per shard). ``verify``: check each shard read against the manifest's digest
     (xxh3_128, else sha256; ``reading.read_shard``); ``bad_shards``: what a shard that fails does,
     ``"stop"`` (a ``ShardDigestError`` naming it) or ``"skip"`` (its samples counted as bad samples,
-    with the reason)."""
+    with the reason). ``interpolation``: the crops' filter, bilinear or bicubic, or for train crops
+    random (timm's per-image choice; ``augment.interpolation``)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -426,9 +431,10 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     if bad_shards not in BAD_SHARDS:
         raise ValueError(f"bad_shards must be one of {', '.join(BAD_SHARDS)}, got {bad_shards!r}")
     dec.make_aug(aug)  # validate the name early
+    interp.check(interpolation, train=train)
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
-                       val_ratio=val_crop_ratio)
+                       val_ratio=val_crop_ratio, interpolation=interpolation)
     manifest = read_manifest(data)
     shards = split_shards(manifest, data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None

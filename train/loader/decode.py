@@ -20,7 +20,11 @@ coordinates, with the distribution of torchvision's ``RandomResizedCrop.get_para
   to the output size (one resize; Pillow's filter reaches outside the box exactly as a
   resize-then-crop would).
 * ``tvio``: ``torchvision.io.decode_jpeg`` (full decode) + ``v2.functional.resized_crop``
-  (bilinear, antialiased) on the uint8 tensor.
+  (antialiased) on the uint8 tensor.
+
+The filter (``interpolation``): Pillow's antialiased bilinear by default, or its bicubic (Keys,
+a = -0.5, support 2 x the downscale), in all three; ``random`` (train only) is timm's per-image
+choice of the two, drawn from the sample's stream after its crop and flip (``augment.interpolation``).
 
 Output: a uint8 ``numpy`` array ``[3, H, W]``, written into ``out`` when the caller passes one
 (the batcher passes its batch slot): the resized HWC(X) pixels go into the CHW slot in one pass,
@@ -40,6 +44,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from imagenet_shards.train.augment import interpolation as interp
+
 try:
     from imagenet_shards.train.loader import _jpegcrop
 except ImportError:  # not built (no C compiler or libjpeg-turbo headers at install time)
@@ -49,9 +55,10 @@ DECODERS = ("auto", "turbo", "pil", "tvio")
 # docs/loader.md: turbo ~20-25 % less CPU per crop than pil, which beats tvio on train crops
 AUTO_DECODER = "turbo" if _jpegcrop is not None else "pil"
 
-# Bilinear filter support in output pixels (PIL.Image.BILINEAR has support 1.0); when
-# downscaling by f the filter reaches f input pixels on each side.
-_FILTER_SUPPORT = 1.0
+# Filter support in output pixels (PIL.Image.BILINEAR 1.0, BICUBIC 2.0); when downscaling by f
+# the filter reaches f times that many input pixels on each side.
+_FILTER_SUPPORT = {"bilinear": 1.0, "bicubic": 2.0}
+_PIL_FILTER = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 _ROW_MARGIN = 2
 # turbo: libjpeg's fancy upsampling lacks its neighbours in the first and last 8 columns of a
 # cropped region, so ask for 8 more on each side than the filter needs (exact, tested)
@@ -203,18 +210,19 @@ def _load_rows(img: Image.Image, rows: int) -> Image.Image:
 
 
 def _pil_resized_crop(img: Image.Image, top: float, left: float, h: float, w: float,
-                      out_w: int, out_h: int) -> Image.Image:
-    """Crop box (original pixels) of an opened, not yet loaded image, resampled to out_w x out_h."""
+                      out_w: int, out_h: int, filter: str = "bilinear") -> Image.Image:
+    """Crop box (original pixels) of an opened, not yet loaded image, resampled to out_w x out_h
+    with ``filter`` (``interpolation.INTERPOLATIONS``)."""
     s = _draft_scale(img, w, h, out_w, out_h)
     box = (left / s, top / s, (left + w) / s, (top + h) / s)
     try:
-        # the bilinear filter reads up to max(1, scale) * support input rows past the box
-        reach = max(1.0, (h / s) / out_h) * _FILTER_SUPPORT
+        # the filter reads up to max(1, scale) * support input rows past the box
+        reach = max(1.0, (h / s) / out_h) * _FILTER_SUPPORT[filter]
         rows = min(img.size[1], int(math.ceil(box[3] + reach)) + _ROW_MARGIN)
         img = _load_rows(img, rows)
         if img.mode != "RGB":
             img = img.convert("RGB")
-        return img.resize((out_w, out_h), Image.BILINEAR, box=box)
+        return img.resize((out_w, out_h), _PIL_FILTER[filter], box=box)
     except Exception as e:  # OSError (truncated/broken), ValueError, SyntaxError...
         raise DecodeError(f"cannot decode image: {e}") from e
 
@@ -257,10 +265,11 @@ def _turbo_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _turbo_into(data: bytes, top: float, left: float, h: float, w: float, out: np.ndarray,
-                flip: bool) -> bool:
-    """The crop box resampled into ``out`` (uint8 [3,H,W]) by ``_jpegcrop.crop_into``; False when the
-    extension declines the bytes (Pillow then decides); DecodeError when libjpeg warned about the data."""
-    status = _jpegcrop.crop_into(data, out, top, left, h, w, flip)
+                flip: bool, filter: str = "bilinear") -> bool:
+    """The crop box resampled with ``filter`` into ``out`` (uint8 [3,H,W]) by ``_jpegcrop.crop_into``;
+    False when the extension declines the bytes (Pillow then decides); DecodeError when libjpeg warned
+    about the data."""
+    status = _jpegcrop.crop_into(data, out, top, left, h, w, flip, filter=filter)
     if status is None:
         return True
     kind, message = status
@@ -270,19 +279,19 @@ def _turbo_into(data: bytes, top: float, left: float, h: float, w: float, out: n
 
 
 def _crop(data: bytes, img: Image.Image | None, box: tuple, out_size: int, out: np.ndarray | None,
-          flip: bool) -> np.ndarray:
-    """The crop ``box`` (top, left, h, w) to ``out`` (allocated when None): turbo when ``img`` is None
-    (falling back to Pillow if it declines), else Pillow."""
+          flip: bool, filter: str) -> np.ndarray:
+    """The crop ``box`` (top, left, h, w) resampled with ``filter`` to ``out`` (allocated when None):
+    turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow."""
     if img is None:
         shape = (3, out_size, out_size)
         slot = (out if out is not None and out.flags.c_contiguous and out.dtype == np.uint8 and out.shape == shape
                 else np.empty(shape, np.uint8))
-        if _turbo_into(data, *box, slot, flip):
+        if _turbo_into(data, *box, slot, flip, filter):
             if out is not None and slot is not out:
                 out[...] = slot
             return out if out is not None else slot
         img = _open(data)
-    return _write_chw(_pil_resized_crop(img, *box, out_size, out_size), out, flip)
+    return _write_chw(_pil_resized_crop(img, *box, out_size, out_size, filter), out, flip)
 
 
 def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image | None]:
@@ -309,12 +318,14 @@ def _tvio_decode(data: bytes) -> torch.Tensor:
 
 
 def _tvio_resized_crop(img: torch.Tensor, top: float, left: float, h: float, w: float,
-                       out_w: int, out_h: int) -> torch.Tensor:
+                       out_w: int, out_h: int, filter: str = "bilinear") -> torch.Tensor:
+    from torchvision.transforms.v2 import InterpolationMode
     from torchvision.transforms.v2 import functional as F
     # integer crop like torchvision (the val box comes in as floats from the centre-crop maths)
     t0, l0 = int(round(top)), int(round(left))
+    mode = InterpolationMode.BICUBIC if filter == "bicubic" else InterpolationMode.BILINEAR
     return F.resized_crop(img, t0, l0, int(round(top + h)) - t0, int(round(left + w)) - l0,
-                          [out_h, out_w], antialias=True)
+                          [out_h, out_w], interpolation=mode, antialias=True)
 
 
 # ----------------------------------------------------------------------------- public entry points
@@ -330,32 +341,38 @@ def _tvio_out(img: torch.Tensor, out: np.ndarray | None, flip: bool = False) -> 
 
 def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0),
                  ratio=(3 / 4, 4 / 3), hflip: bool = True, decoder: str = "pil",
-                 out: np.ndarray | None = None) -> np.ndarray:
+                 out: np.ndarray | None = None, interpolation: str = "bilinear") -> np.ndarray:
     """RandomResizedCrop(res, scale, ratio) + random horizontal flip -> uint8 [3, res, res]
-    (written into ``out`` when given: a C-contiguous uint8 [3, res, res] array, e.g. a batch slot).
+    (written into ``out`` when given: a C-contiguous uint8 [3, res, res] array, e.g. a batch slot),
+    resampled with ``interpolation`` (bilinear, bicubic, or random: timm's per-image choice).
 
-    Draws from ``rng`` in a fixed order (crop, then flip), so a seeded rng gives the same crop
-    whatever the decoder. Raises ``DecodeError`` for undecodable bytes."""
+    Draws from ``rng`` in a fixed order (crop, flip, then the filter for "random" only), so a seeded
+    rng gives the same crop whatever the decoder. Raises ``DecodeError`` for undecodable bytes."""
     decoder = resolve_decoder(decoder)
+    interp.check(interpolation, train=True)
     if decoder != "tvio":
         (W, H), img = _open_size(data, decoder)
         box = random_resized_crop_params(W, H, scale, ratio, rng)
         flip = hflip and rng.random() < 0.5
-        return _crop(data, img, box, res, out, flip)
+        return _crop(data, img, box, res, out, flip, interp.draw(interpolation, rng))
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
     flip = hflip and rng.random() < 0.5
-    return _tvio_out(_tvio_resized_crop(img, top, left, h, w, res, res), out, flip)
+    filter = interp.draw(interpolation, rng)
+    return _tvio_out(_tvio_resized_crop(img, top, left, h, w, res, res, filter), out, flip)
 
 
 def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str = "pil",
-               out: np.ndarray | None = None, ratio: float | None = None) -> np.ndarray:
+               out: np.ndarray | None = None, ratio: float | None = None,
+               interpolation: str = "bilinear") -> np.ndarray:
     """Resize the shorter side to ``resize`` and centre-crop ``crop`` -> uint8 [3, crop, crop]
-    (torchvision ``Resize(resize)`` + ``CenterCrop(crop)``, done as one resample of the box;
-    written into ``out`` when given, like ``decode_train``). With ``ratio``: FFCV's centre crop
-    instead (``center_crop_ratio_params``) resized to ``crop`` (``resize`` unused)."""
+    (torchvision ``Resize(resize)`` + ``CenterCrop(crop)``, done as one resample of the box with
+    ``interpolation``, bilinear or bicubic; written into ``out`` when given, like ``decode_train``).
+    With ``ratio``: FFCV's centre crop instead (``center_crop_ratio_params``) resized to ``crop``
+    (``resize`` unused)."""
     decoder = resolve_decoder(decoder)
+    filter = interp.check(interpolation, train=False)
 
     def box(width: int, height: int):
         if ratio is not None:
@@ -364,11 +381,11 @@ def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str 
 
     if decoder != "tvio":
         size, img = _open_size(data, decoder)
-        return _crop(data, img, box(*size), crop, out, False)
+        return _crop(data, img, box(*size), crop, out, False, filter)
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = box(W, H)
-    return _tvio_out(_tvio_resized_crop(img, top, left, h, w, crop, crop), out)
+    return _tvio_out(_tvio_resized_crop(img, top, left, h, w, crop, crop, filter), out)
 
 
 def decode_label(data: bytes) -> int:

@@ -6,7 +6,8 @@ Worker processes only read tars (cheap), following the same per-epoch plan as th
 rank, every val sample once). A thread of the main process, on a CUDA stream of its own, decodes
 each batch with `torchvision.io.decode_jpeg(device="cuda")` (nvJPEG, batched) and crops it with the
 CPU loader's geometry (`decode`'s RandomResizedCrop / Resize+CenterCrop parameters, drawn for the
-whole batch at once: `gpu_crop`; antialiased bilinear, flip) in one batched op; finished batches wait
+whole batch at once: `gpu_crop`; antialiased bilinear or bicubic, or timm's random choice of the two
+per image drawn from the batch's stream after the flips; flip) in one batched op; finished batches wait
 in a small queue. Output: uint8
 [B,3,S,S] on the GPU, the CPU loader's contract, so the prefetcher and trainer run unchanged.
 
@@ -41,6 +42,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.cache import ShardCache
+from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.augment.gpu_crop import center_crop_boxes, crop_batch, random_resized_crop_boxes
 from imagenet_shards.train.loader.gpu_streams import CropTimer, StreamOps
 from imagenet_shards.train.loader.position import seed_of
@@ -220,8 +222,10 @@ class GpuDecodeLoader:
 
     def __init__(self, dataset: RawBatches, *, device: torch.device, res: int, val_resize: int, val_crop: int,
                  scale, ratio, hflip: bool, workers: int, pin_memory: bool, persistent_workers: bool,
-                 prefetch_factor: int, decode: Callable = decode_batch, ops: StreamOps | None = None):
+                 prefetch_factor: int, decode: Callable = decode_batch, ops: StreamOps | None = None,
+                 interpolation: str = "bilinear"):
         self.dataset, self.device = dataset, device
+        self.interpolation = interp.check(interpolation, train=dataset.train)
         self.res, self.val_resize, self.val_crop = res, val_resize, val_crop
         self.scale, self.ratio, self.hflip = tuple(scale), tuple(ratio), hflip
         self.decode = decode
@@ -315,8 +319,9 @@ class GpuDecodeLoader:
                 else:
                     boxes = center_crop_boxes(widths, heights, self.val_resize, self.val_crop)
                     flips = np.zeros(len(picked), dtype=bool)
+                cubic = interp.draws(self.interpolation, rng, len(picked))
                 start = timer.start()
-                out = crop_batch(picked, boxes, flips, size)
+                out = crop_batch(picked, boxes, flips, size, cubic)
                 timer.stop(start)
             stats["samples"] += out.shape[0]
             stats["batches"] += 1
@@ -339,7 +344,7 @@ def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: boo
                            hflip: bool = True, shuffle_buffer: int = 2000, pin_memory: bool = False,
                            persistent_workers: bool = False, prefetch_factor: int = 4,
                            device: torch.device | str = "cuda", cache_dir: str | None = None,
-                           cache_bytes: int | None = None) -> GpuDecodeLoader:
+                           cache_bytes: int | None = None, interpolation: str = "bilinear") -> GpuDecodeLoader:
     """A loader over `split` whose batches are decoded on `device` (see the module docstring).
     Takes `make_loader`'s arguments except the CPU decoder's (`decoder`, `aug`, `strict`): passing
     one of those is a TypeError, not silently ignored."""
@@ -358,4 +363,5 @@ def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: boo
                          opener=ShardCache(cache_dir, cache_bytes).open if cache_dir else open_url)
     return GpuDecodeLoader(dataset, device=device, res=res, val_resize=val_resize, val_crop=val_crop, scale=scale,
                            ratio=ratio, hflip=hflip, workers=workers, pin_memory=pin_memory,
-                           persistent_workers=persistent_workers, prefetch_factor=prefetch_factor)
+                           persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
+                           interpolation=interpolation)

@@ -95,10 +95,11 @@ def make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_trai
         train_extra = {"repeats": config.ra_reps} if config.ra_reps > 1 else {}
         val_extra = {"val_crop_ratio": config.val_crop_ratio, "keys": config.eval_real}
     try:
-        train_loader = make(config.data, "train", config.batch_size, train=True, res=res, **common, **train_extra)
+        train_loader = make(config.data, "train", config.batch_size, train=True, res=res,
+                            interpolation=config.train_interpolation, **common, **train_extra)
         val_loader = None if config.no_val else make(config.data, "val", config.batch_size, train=False,
                                                      val_resize=config.val_res, val_crop=config.val_crop,
-                                                     **common, **val_extra)
+                                                     interpolation=config.val_interpolation, **common, **val_extra)
     except (OSError, ValueError) as e:
         raise TrainError(f"cannot open the shards of --data {redact(config.data)}: {e}") from None
     return train_loader, val_loader

@@ -18,8 +18,10 @@ from typing import Callable
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import WORKERS_RULE, worker_count
+from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.augment import policies as augment
 from imagenet_shards.train.trainer.watch import host
+from imagenet_shards.train.trainer.watch.stall import DEFAULT_STOP_DEADLINE, DEFAULT_WARN_AFTER
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.schedule import SCHEDULES
 
@@ -45,6 +47,17 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A positive number of seconds (a flag value)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
 
@@ -116,6 +129,13 @@ class TrainConfig:
                                  help="under DDP, steps between the ranks' agreements on a pending stop (default "
                                       "{default}: a stop comes within 16 steps of the signal; each agreement is one "
                                       "async all-reduce of two numbers on the CPU)")
+    stop_deadline: float = flag(DEFAULT_STOP_DEADLINE, type=positive_seconds, metavar="SECONDS",  # lifecycle.py, watch/stall.py
+                                help="a stop (signal) waits at most SECONDS (default {default}: inside Slurm's KillWait "
+                                     "and a pod's grace period, 30 s each) for a loader that delivers nothing: then "
+                                     "the last completed step's checkpoint is written and the loader workers killed")
+    stall_warn: float = flag(DEFAULT_WARN_AFTER, type=positive_seconds, metavar="SECONDS",  # watch/stall.py
+                             help="warn, naming the loader worker and its shard, when no batch came for SECONDS "
+                                  "(default {default})")
     eval_only: bool = flag(False, help="evaluate --weights or --resume and exit")
     no_val: bool = flag(False, help="train without evaluating (needed for a --data whose val split is missing or "
                                     "empty; no checkpoint-best then)")
@@ -211,6 +231,12 @@ class TrainConfig:
     val_crop_ratio: float | None = flag(None, type=float, metavar="R",
                                         help="FFCV's val crop instead: the centred R x shorter side, resized to "
                                              "--val-crop (FFCV: 0.875)")
+    train_interpolation: str = flag("bilinear", choices=interp.TRAIN_INTERPOLATIONS,  # augment/interpolation.py
+                                    help="the train crops' resize filter: bilinear or bicubic (Pillow's, "
+                                         "antialiased), or random: timm's per-image choice of the two (default "
+                                         "{default})")
+    val_interpolation: str = flag("bilinear", choices=interp.INTERPOLATIONS,
+                                  help="the val crops' resize filter (default {default})")
     tta: bool = flag(False, action=argparse.BooleanOptionalAction,
                      help="evaluate logits(x) + logits(flip(x)) (FFCV's test-time augmentation)")
     eval_every: int = flag(1, metavar="N", help="evaluate after every N-th epoch (0: only the last); the last epoch "
@@ -339,3 +365,6 @@ def check_flags(config: TrainConfig, info: DistInfo) -> None:
         raise TrainError("--overwrite starts a new run; it does not go with --resume or --eval-only (drop one)")
     if config.stop_check_every < 1:
         raise TrainError(f"--stop-check-every must be >= 1, got {config.stop_check_every}")
+    for name in ("stop_deadline", "stall_warn"):
+        if not getattr(config, name) > 0:
+            raise TrainError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {getattr(config, name)}")

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from imagenet_shards.train.trainer.distributed import DistInfo, all_reduce_sum
 from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
 from imagenet_shards.train.trainer.model import ModelEma, ema_due
+from imagenet_shards.train.trainer.state.lifecycle import StopOverdue
 from imagenet_shards.train.trainer.watch.telemetry import MetricsLog, gpu_memory_gib, process_cpu_seconds
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": torch.float32}
@@ -66,6 +67,7 @@ class EpochStats:
     amp_scale: float | None = None         # fp16: GradScaler's scale at the end
     amp_skipped_steps: int | None = None   # fp16: steps skipped for inf/NaN gradients
     stopped: bool = False                  # ended early on the lifecycle's stop decision
+    overdue: bool = False                  # ... past its deadline, waiting for a batch (StopOverdue)
 
     @property
     def data_wait_fraction(self) -> float:
@@ -103,6 +105,12 @@ class _Sums:
     def read(self) -> list:
         """[loss sum, correct, seen] as host numbers (the host sync)."""
         return [self.loss.item(), int(self.correct.item()), self.seen]
+
+    def copy(self) -> "_Sums":
+        """The sums now (device copies: no host sync), e.g. at an optimizer step's end."""
+        out = _Sums.__new__(_Sums)
+        out.loss, out.correct, out.seen = self.loss.clone(), self.correct.clone(), self.seen
+        return out
 
 
 class _Interval:
@@ -212,8 +220,11 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
     optimizer step before this call. A resumed epoch passes `epoch_step` (its steps already done;
     `batches` then yields the rest) and `sums` (the loss sums at that point). When the lifecycle
     asks for a mid-epoch checkpoint, `checkpoint(epoch steps done, sums)` writes it; when it says
-    stop, the epoch ends (`EpochStats.stopped`). The batch iterator is closed at the end, also when
-    the epoch ends early (so the loader stops and counts what it saw).
+    stop, the epoch ends (`EpochStats.stopped`). A stop past its deadline while waiting for a batch
+    (`StopOverdue` out of the loader) ends it too (`EpochStats.overdue`), with the checkpoint of the
+    last completed step (its sums: a copy kept at each step's end under `accumulate`). The batch
+    iterator is closed at the end, also when the epoch ends early (so the loader stops and counts
+    what it saw).
     (Over 80 lines: one loop whose host syncs, at the warm-up mark, step 1, a log line, a
     checkpoint and the end, are the point; split further, their order would be hard to see.)
     """
@@ -227,7 +238,8 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
     warmup = min(10, total // 4)  # steps left out of steady_img_per_s
     running = _Sums(device, sums or (0.0, 0, 0))
     skipped = torch.zeros((), dtype=torch.float32, device=device) if how.scaler is not None else None
-    done, images, wait_s, first_step, stopped = 0, 0, 0.0, 0.0, False
+    done, images, wait_s, first_step, stopped, overdue = 0, 0, 0.0, 0.0, False, False
+    at_step = running  # the sums at the last optimizer step's end
     steady_start, steady_images = None, 0
     bar = tqdm(total=epoch_step + total, initial=epoch_step, desc=desc, disable=not info.is_main,
                dynamic_ncols=True, leave=False)
@@ -255,6 +267,8 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
             _optimizer_step(how, skipped, step=step + done, epoch=epoch, steps_per_epoch=steps_per_epoch,
                             profiler=profiler)
             done += 1
+            if accumulate > 1:
+                at_step = running.copy()
             if done == 1:
                 _sync(device)
                 first_step = time.perf_counter() - start
@@ -270,11 +284,15 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
                 if decision.stop:
                     stopped = True
                     break
+    except StopOverdue:  # raised out of the wait for a batch: the model is as the last step left it
+        stopped = overdue = True
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()
         bar.close()
+    if overdue and done and checkpoint is not None:
+        checkpoint(epoch_step + done, at_step.read())
     if running.seen != log.interval.sums[2]:  # the loader ended before len() said it would
         log.flush(running, step + done)
     _sync(device)
@@ -283,7 +301,8 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
     seconds = end - start
     totals = torch.tensor([running.loss.item(), float(running.correct.item()), float(running.seen)],
                           dtype=torch.float64, device=device)
-    loss_sum, correct, seen = all_reduce_sum(info, totals).tolist()
+    # past the deadline the other ranks may be waiting for this one in a collective: no reduce then
+    loss_sum, correct, seen = (totals if overdue else all_reduce_sum(info, totals)).tolist()
     img_per_s = images / max(seconds, 1e-9)
     steady = img_per_s
     if steady_start is not None and images > steady_images:
@@ -294,7 +313,7 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
                       main_cpu_seconds=None if cpu_start is None or cpu_end is None else cpu_end - cpu_start,
                       amp_scale=float(how.scaler.get_scale()) if how.scaler is not None else None,
                       amp_skipped_steps=int(skipped.item()) if skipped is not None else None,
-                      stopped=stopped)
+                      stopped=stopped, overdue=overdue)
 
 
 def tta_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:

@@ -7,11 +7,13 @@ The time spent blocked on the loader's `next()` is reported with each batch: tha
 
 All device-side randomness comes from per-epoch generators seeded by (seed, epoch, rank), so an
 epoch's augmentations do not depend on what ran before it (exact resume at epoch boundaries);
-`rng_state` is their state before the batch held ahead, for a mid-epoch checkpoint.
+`rng_state(n)` is their state before batch n of the epoch's iteration was prepared (default: the
+batch held ahead), for a mid-epoch checkpoint.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import time
@@ -114,6 +116,11 @@ class DevicePrefetcher:
         self.generator.manual_seed(int(self.rng.integers(2**62)))
         self._resume_rng = None if self.aug is None else {"numpy": self.rng.bit_generator.state,
                                                           "torch": self.generator.get_state()}
+        # (batch index in the iteration, the state before it was prepared) of the last few batches: a
+        # stop past its deadline saves from the last completed step, which under --accumulate may be
+        # batches before the one held ahead
+        self._rng_log: collections.deque = collections.deque(maxlen=16)
+        self._fetched = 0
 
     def _prepare(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         images, labels = to_device(images, self.device), to_device(labels, self.device)
@@ -129,10 +136,16 @@ class DevicePrefetcher:
             x, targets = mix_batch(x, labels, aug, self.rng)
         return to_model_layout(x, self.dtype, self.channels_last), targets, labels
 
-    def rng_state(self) -> dict | None:
-        """The augmentation's random state from before the batch held ahead was prepared: what a
-        run resumed after the batch just handed over must start from (None without augmentation)."""
-        return self._resume_rng
+    def rng_state(self, batches: int | None = None) -> dict | None:
+        """The augmentation's random state from before batch `batches` of this iteration was prepared
+        (default: the batch held ahead): what a run resumed after `batches` batches must start from
+        (None without augmentation)."""
+        if batches is None or self.aug is None:
+            return self._resume_rng
+        for index, state in self._rng_log:
+            if index == batches:
+                return state
+        raise ValueError(f"no augmentation state kept for batch {batches} (fetched {self._fetched})")
 
     def load_rng_state(self, state: dict | None) -> None:
         """Continue the epoch's augmentation stream from `rng_state()` (after `set_epoch`)."""
@@ -141,8 +154,6 @@ class DevicePrefetcher:
             self.generator.set_state(state["torch"])
 
     def _fetch(self, it: Iterator) -> tuple | None:
-        if self.aug is not None:  # a few µs a batch: numpy's PCG64 state and the generator's
-            self._resume_rng = {"numpy": self.rng.bit_generator.state, "torch": self.generator.get_state()}
         # On CUDA this runs on the side stream: a loader that hands over device tensors made on a
         # stream of its own (--gpu-decode) makes the current (side) stream wait for them.
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
@@ -154,10 +165,16 @@ class DevicePrefetcher:
             except Exception as e:  # from the loader's workers: one line, not a worker traceback
                 raise LoaderError(error_line(e)) from e
             wait = time.perf_counter() - t0
+            if self.aug is not None:  # a few µs a batch: numpy's PCG64 state and the generator's
+                self._resume_rng = {"numpy": self.rng.bit_generator.state, "torch": self.generator.get_state()}
+                self._rng_log.append((self._fetched, self._resume_rng))
+            self._fetched += 1
             return (*self._prepare(images, labels), wait, keys[0] if keys else None)
 
     def __iter__(self) -> Iterator[DeviceBatch]:
         it = iter(self.loader)
+        self._fetched = 0
+        self._rng_log.clear()
         try:
             nxt = self._fetch(it)
             while nxt is not None:

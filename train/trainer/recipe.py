@@ -221,6 +221,8 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         "val_resize": None if config.val_crop_ratio else config.val_res,
         "val_crop_ratio": config.val_crop_ratio if config.val_crop_ratio else config.val_crop / config.val_res,
         "val_crop_mode": "ffcv-ratio" if config.val_crop_ratio else "resize-then-crop",
+        "train_interpolation": config.train_interpolation,
+        "val_interpolation": config.val_interpolation,
         "tta": config.tta,
         "blurpool": config.blurpool,
         "zero_init_residual": config.zero_init_residual,

@@ -95,8 +95,8 @@ def train(config: TrainConfig) -> dict:
             print0(info, f"--overwrite: the earlier run's checkpoints and records in {out} moved to {aside}/ "
                          f"(delete it when you no longer need them)")
     every_steps, every_seconds = parse_every(config.checkpoint_every) if config.checkpoint_every else (None, None)
-    with Lifecycle(info, every_steps=every_steps, every_seconds=every_seconds,
-                   agree_every=config.stop_check_every) as life, warnings.catch_warnings():
+    with Lifecycle(info, every_steps=every_steps, every_seconds=every_seconds, agree_every=config.stop_check_every,
+                   stop_deadline=config.stop_deadline) as life, warnings.catch_warnings():
         # said once above (host.workers_note), not per loader, epoch and rank
         warnings.filterwarnings("ignore", message=r"This DataLoader will create \d+ worker processes",
                                 category=UserWarning)
@@ -150,7 +150,7 @@ def _loop(run: Run) -> dict:
         return run.eval_only()
     result: dict = {}
     last = None
-    with run.life.deferred():
+    with run.life.deferred(), run.watch():
         for epoch in range(run.start_epoch, run.end):
             last = run.train_epoch(epoch)
             result = run.end_epoch(epoch, last)

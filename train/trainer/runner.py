@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from imagenet_shards.train.augment.device import DeviceAugment
+from imagenet_shards.train.loader import activity
 from imagenet_shards.train.report.verdict import for_run
 from imagenet_shards.train.trainer.build import Parts
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
@@ -29,6 +30,7 @@ from imagenet_shards.train.trainer.state.restore import resume_epoch
 from imagenet_shards.train.trainer.state.resume import noted_changes
 from imagenet_shards.train.trainer.watch import ceiling, host
 from imagenet_shards.train.trainer.watch.memory import MemoryWatch, epoch_memory
+from imagenet_shards.train.trainer.watch.stall import StallWatch
 from imagenet_shards.train.trainer.watch.telemetry import (MetricsLog, epoch_fingerprint, gpu_memory_gib,
                                                            make_profiler, process_memory, supersede)
 
@@ -207,6 +209,13 @@ class Run:
         if self.metrics is not None:
             self.metrics.close()
 
+    def watch(self) -> StallWatch:
+        """The stall watch over this run's loaders while the epochs run (warnings, the stop deadline)."""
+        prefix = f"[rank {self.info.rank}] " if self.info.distributed else ""
+        return StallWatch(self.life, {"train": self.parts.train_loader, "val": self.parts.val_loader},
+                          warn_after=self.config.stall_warn, prefix=prefix,
+                          min_wait=self.config.stop_deadline if self.info.distributed else 0.0)
+
     def res_at(self, epoch: int) -> int:
         return run_resolution(self.config, epoch)
 
@@ -239,16 +248,23 @@ class Run:
                                    epoch_step=first_step, sums=self._sums, profiler=profiler,
                                    checkpoint=self.save_mid)
         self.step += last.steps
+        overdue = None
+        if last.overdue:  # the stop deadline passed waiting for a batch: its checkpoint is written
+            killed = activity.kill_workers(parts.train_loader)
+            overdue = f"{self.life.overdue_reason}; {len(killed)} loader worker(s) killed"
         if last.stopped:
             raise self._stopped(epoch=epoch, epoch_step=first_step + last.steps,
-                                cost=self._saved[-1] if self._saved else None,
-                                mid_supported=ckpt.supports_positions(parts.train_loader))
+                                cost=self._saved[-1] if self._saved else None, overdue=overdue,
+                                mid_supported=ckpt.supports_positions(parts.train_loader)
+                                and not (overdue and self.info.distributed))
         return last
 
     def save_mid(self, done: int, sums: list) -> None:
         """The mid-epoch checkpoint the lifecycle asked for, `done` steps into the epoch training."""
         config, parts = self.config, self.parts
         if config.synthetic_data or not ckpt.supports_positions(parts.train_loader):
+            return
+        if self.life.overdue and self.info.distributed:  # the other ranks wait in a collective: no gather
             return
         epoch, first_step, base = self._at
         batches = (done - first_step) * config.accumulate  # loader batches of this iteration
@@ -319,13 +335,16 @@ class Run:
                     **process_memory(), **memory, bad_samples=loader.get("bad_samples"), loader=loader, **amp,
                     **(self.evaluate(epoch) if eval_due(self.config, epoch) else {}))
 
-    def _stopped(self, *, epoch: int, epoch_step: int, cost: dict | None, mid_supported: bool) -> Stopped:
+    def _stopped(self, *, epoch: int, epoch_step: int, cost: dict | None, mid_supported: bool,
+                 overdue: str | None = None) -> Stopped:
         """The `Stopped` a signal ends the run with, and its `stopped` record (what a requeue script reads)."""
         life = self.life
         line = stop_line(life.signal, epoch=epoch, epoch_step=epoch_step, step=self.step, cost=cost,
-                         mid_supported=mid_supported, steps_per_epoch=self.parts.steps_per_epoch, out=self.out)
+                         mid_supported=mid_supported, steps_per_epoch=self.parts.steps_per_epoch, out=self.out,
+                         overdue=overdue)
         self.metrics.log("stopped", signal=life.signal, exit_code=life.code, epoch=epoch, epoch_step=epoch_step,
-                         step=self.step, checkpoint=cost["path"] if cost else None, line=line)
+                         step=self.step, checkpoint=cost["path"] if cost else None, line=line,
+                         **({"overdue": overdue} if overdue else {}))
         return Stopped(line, life.code)
 
     # ------------------------------------------------------------------ the ends

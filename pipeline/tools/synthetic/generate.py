@@ -175,39 +175,11 @@ def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class
         return data
 
     want = set(layouts)
-    bar = tqdm(total=len(plan), desc="synthetic ImageNet", unit="img", disable=not progress)
-    with _tar_writer(out / TRAIN_TAR, "ilsvrc" in want) as train_tar:
-        for wnid in wnids:
-            members = []
-            for p in (p for p in plan if p.split == "train" and p.wnid == wnid):
-                members.append((p.filename, build(p)))
-                if "imagefolder" in want:
-                    _write(out / "imagefolder" / "train" / wnid / p.filename, members[-1][1])
-                bar.update()
-            class_tar = tar_bytes(members)
-            add_member(train_tar, f"{wnid}.tar", class_tar)
-            if "classtars" in want:
-                _write(out / "train_class_tars" / f"{wnid}.tar", class_tar)
     val_plan = [p for p in plan if p.split == "val"]
-    with _tar_writer(out / VAL_TAR, "ilsvrc" in want) as val_tar:
-        for p in val_plan:
-            data = build(p)
-            add_member(val_tar, p.filename, data)
-            if "imagefolder" in want:
-                _write(out / "imagefolder" / "val" / p.wnid / p.filename, data)
-            if "kaggle" in want:
-                _write(out / "kaggle" / "val" / p.filename, data)
-            bar.update()
-    bar.close()
-    if "ilsvrc" in want:
-        counts = {w: sum(1 for p in plan if p.split == "train" and p.wnid == w and p.kind != "non_image")
-                  for w in wnids}
-        with atomic_open(out / DEVKIT, fsync=False) as f:
-            f.write(devkit_bytes(wnids, ids, counts, [p.wnid for p in val_plan]))
-    if "kaggle" in want:
-        _write(out / "kaggle" / "LOC_val_solution.csv", kaggle_solution(val_plan, boxes))
-        names = {c.wnid: c.name for c in imagenet_1k_classes()}
-        _write(out / "kaggle" / "LOC_synset_mapping.txt", "".join(f"{w} {names[w]}\n" for w in wnids).encode())
+    with tqdm(total=len(plan), desc="synthetic ImageNet", unit="img", disable=not progress) as bar:
+        _write_train(out, want, wnids, plan, build, bar)
+        _write_val(out, want, val_plan, build, bar)
+    _write_labels(out, want, wnids, ids, plan, val_plan, boxes)
 
     expected = {
         "seed": seed,
@@ -226,6 +198,49 @@ def generate(out, *, classes: int = 10, train_per_class: int = 50, val_per_class
     with atomic_open(out / EXPECTED, fsync=False) as f:  # written last: its presence means the set is complete
         f.write(text.encode())
     return expected
+
+
+def _write_train(out: Path, want: set, wnids: list[str], plan: list[Planned], build, bar) -> None:
+    """The train archive (a tar of per-class tars), and the class tars and ImageFolder tree if asked for."""
+    with _tar_writer(out / TRAIN_TAR, "ilsvrc" in want) as train_tar:
+        for wnid in wnids:
+            members = []
+            for p in (p for p in plan if p.split == "train" and p.wnid == wnid):
+                members.append((p.filename, build(p)))
+                if "imagefolder" in want:
+                    _write(out / "imagefolder" / "train" / wnid / p.filename, members[-1][1])
+                bar.update()
+            class_tar = tar_bytes(members)
+            add_member(train_tar, f"{wnid}.tar", class_tar)
+            if "classtars" in want:
+                _write(out / "train_class_tars" / f"{wnid}.tar", class_tar)
+
+
+def _write_val(out: Path, want: set, val_plan: list[Planned], build, bar) -> None:
+    """The val archive (flat), and the ImageFolder and Kaggle val folders if asked for."""
+    with _tar_writer(out / VAL_TAR, "ilsvrc" in want) as val_tar:
+        for p in val_plan:
+            data = build(p)
+            add_member(val_tar, p.filename, data)
+            if "imagefolder" in want:
+                _write(out / "imagefolder" / "val" / p.wnid / p.filename, data)
+            if "kaggle" in want:
+                _write(out / "kaggle" / "val" / p.filename, data)
+            bar.update()
+
+
+def _write_labels(out: Path, want: set, wnids: list[str], ids: dict, plan: list[Planned], val_plan: list[Planned],
+                  boxes: dict) -> None:
+    """What says the val labels: the ILSVRC devkit, or Kaggle's solution CSV and synset mapping."""
+    if "ilsvrc" in want:
+        counts = {w: sum(1 for p in plan if p.split == "train" and p.wnid == w and p.kind != "non_image")
+                  for w in wnids}
+        with atomic_open(out / DEVKIT, fsync=False) as f:
+            f.write(devkit_bytes(wnids, ids, counts, [p.wnid for p in val_plan]))
+    if "kaggle" in want:
+        _write(out / "kaggle" / "LOC_val_solution.csv", kaggle_solution(val_plan, boxes))
+        names = {c.wnid: c.name for c in imagenet_1k_classes()}
+        _write(out / "kaggle" / "LOC_synset_mapping.txt", "".join(f"{w} {names[w]}\n" for w in wnids).encode())
 
 
 def _counts(samples: list[dict]) -> dict:

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from imagenet_shards.pipeline import storage
-from imagenet_shards.pipeline.prepare.outdir import UploadError, check_upload
+from imagenet_shards.pipeline.prepare.outdir.remote import UploadError, check_upload
 from tests.fixtures.servers import FaultPlan, fault_proxy, serve_http
 
 pytestmark = pytest.mark.usefixtures("fast_retries")

@@ -20,7 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "scripts" / "gpu_check"))
 import gpu_check  # noqa: E402
+import gpu_check_measure as measure  # noqa: E402
 import gpu_check_report as report  # noqa: E402
+import gpu_check_run  # noqa: E402
 import gpu_check_steps  # noqa: E402
 
 RUN_KEYS = {"status", "seconds", "exit", "error", "proc", "window", "derived", "epoch"}
@@ -199,14 +201,14 @@ def test_the_window_reads_a_slow_loader_right_where_the_first_epoch_reads_it_as_
     model = 256 / 0.1
     for true in (0.5, 0.74, 0.9):
         records = _queue_model(true, log=15)
-        first = report.window(records, 256, epochs=(0,), skip=10)
-        second = report.window(records, 256, epochs=(1,), skip=15, rounds_of=15)
+        first = measure.window(records, 256, epochs=(0,), skip=10)
+        second = measure.window(records, 256, epochs=(1,), skip=15, rounds_of=15)
         assert first["img_per_s"] / model > min(0.99, true + 0.2)  # the store hides the slow loader
         assert second["img_per_s"] / model == pytest.approx(true, abs=0.01) and second["data_wait_fraction"] > 0.05
         assert second["epochs"] == [1] and second["skip_steps"] == 15 and second["steps"] == 60  # rounds 2-5 of 15
-        tail = report.window(records, 256, epochs=(1,), skip=15)  # with the epoch's last, partial round
+        tail = measure.window(records, 256, epochs=(1,), skip=15)  # with the epoch's last, partial round
         assert tail["steps"] == 63 and tail["img_per_s"] < second["img_per_s"]
-    fast = report.window(_queue_model(1.5, log=15), 256, epochs=(1,), skip=15, rounds_of=15)
+    fast = measure.window(_queue_model(1.5, log=15), 256, epochs=(1,), skip=15, rounds_of=15)
     assert fast["img_per_s"] / model == pytest.approx(1.0, abs=0.01)
 
 
@@ -214,21 +216,21 @@ def test_cpu_over_a_window_shorter_than_the_sampling_interval_is_interpolated():
     # samples every 0.25 s; the main process busy 1 core, its children 2 (CI's fast box gave a
     # smoke window with fewer than two samples inside it: the figure was None)
     series = [(100.0 + 0.25 * i, 0.25 * i, 0.5 * i) for i in range(5)]
-    assert report.cores_between(series, 1, 100.3, 100.4) == pytest.approx(1.0)
-    assert report.cores_between(series, 2, 100.3, 100.4) == pytest.approx(2.0)
-    assert report.cores_between(series, 1) == pytest.approx(1.0)
-    assert report.cores_between(series, 1, 99.0, 100.4) is None  # before the first sample: unknown
-    assert report.cores_between(series, 1, 100.4, 101.5) is None  # past the last
-    assert report.cores_between(series[:1], 1) is None
+    assert measure.cores_between(series, 1, 100.3, 100.4) == pytest.approx(1.0)
+    assert measure.cores_between(series, 2, 100.3, 100.4) == pytest.approx(2.0)
+    assert measure.cores_between(series, 1) == pytest.approx(1.0)
+    assert measure.cores_between(series, 1, 99.0, 100.4) is None  # before the first sample: unknown
+    assert measure.cores_between(series, 1, 100.4, 101.5) is None  # past the last
+    assert measure.cores_between(series[:1], 1) is None
 
 
 def test_profile_steady_leaves_out_warm_up_and_log_steps():
     per_step = [{"step": k, "ms": 10.0, "host_syncs": 1 if k in (10, 20, 30) else 0, "item_calls": 0,
                  "dtoh_copies": 0, "other_thread_syncs": 2} for k in range(2, 32)]
-    got = report.profile_steady(per_step, total=44, log_interval=20)  # warm-up 10; syncs at 10 and the log at 20
+    got = measure.profile_steady(per_step, total=44, log_interval=20)  # warm-up 10; syncs at 10 and the log at 20
     assert got["steps"] == [k for k in range(11, 32) if k != 20]
     assert got["host_syncs_per_step"] == pytest.approx(1 / 20) and got["other_thread_syncs_per_step"] == 2
-    assert report.engine_sync_steps(44, 10**6) == {1, 10, 44}
+    assert measure.engine_sync_steps(44, 10**6) == {1, 10, 44}
 
 
 class FakeNvml:
@@ -365,7 +367,7 @@ def _fake_proc(root: Path, *, children_files: bool, smaps: bool) -> int:
 @pytest.mark.parametrize("children_files", [True, False])
 def test_the_proc_sampler_counts_workers_with_or_without_children_files(tmp_path, children_files):
     pid = _fake_proc(tmp_path, children_files=children_files, smaps=True)
-    sampler = report.ProcSampler(pid, interval=0.01, proc=str(tmp_path))
+    sampler = measure.ProcSampler(pid, interval=0.01, proc=str(tmp_path))
     time.sleep(0.1)
     got = sampler.stop()
     assert got["workers"] == 2 and got["workers_peak_pss_gib"] == pytest.approx(0.195, abs=0.001)
@@ -376,13 +378,13 @@ def test_the_proc_sampler_says_unavailable_never_zero(tmp_path):
     """No smaps_rollup (gVisor): the workers' PSS is unavailable, not 0.00; and with neither children
     files nor a /proc listing that shows the run, the workers and their CPU are unavailable, not 0."""
     pid = _fake_proc(tmp_path, children_files=True, smaps=False)
-    sampler = report.ProcSampler(pid, interval=0.01, proc=str(tmp_path))
+    sampler = measure.ProcSampler(pid, interval=0.01, proc=str(tmp_path))
     time.sleep(0.1)
     got = sampler.stop()
     assert got["workers"] == 2 and got["workers_peak_pss_gib"] is None and "smaps_rollup" in got["unavailable"]["workers_pss"]
     row = report._run_row("real loader", {**_run(4000.0), "proc": {**got, "series": []}})
     assert "2 workers PSS unavailable" in row[2]
-    class Blind(report.ProcSampler):
+    class Blind(measure.ProcSampler):
         def _children(self):
             return None  # what it answers when /proc has no children files and cannot be listed
 
@@ -405,7 +407,7 @@ def test_a_carried_extension_that_does_not_import_is_one_line(tmp_path):
     assert env["decoder"] == "pil" and set(env["extension_errors"]) == {"_jpegcrop"}
     assert env["extension_errors"]["_jpegcrop"].startswith("_jpegcrop.abi3.so: ImportError")
     assert probe._extension("pipeline/prepare", "_jpegtran", tmp_path) == (None, None)  # not there: no error
-    check = gpu_check.Check.__new__(gpu_check.Check)
+    check = gpu_check_run.Check.__new__(gpu_check_run.Check)
     check.result = {"install": "carried wheel x.whl (abi3, libjpeg-turbo beside the modules)", "steps": {}}
     check.note_extensions(env)
     assert check.result["install"].startswith("carried wheel x.whl") and "but _jpegcrop failed to import" in check.result["install"]
@@ -470,8 +472,8 @@ def test_a_cut_run_keeps_the_figures_its_records_give(tmp_path):
     kept = records[:end_of_first + 1 + 6]  # six intervals of epoch 2, then the kill
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"kind": "train_interval", "ep')
-    assert gpu_check._records(path) == kept
-    w = report.window(gpu_check._records(path), 256, epochs=(1,), skip=4, rounds_of=4)
+    assert gpu_check_run._records(path) == kept
+    w = measure.window(gpu_check_run._records(path), 256, epochs=(1,), skip=4, rounds_of=4)
     assert w["steps"] == 20 and w["img_per_s"] / (256 / 0.1) == pytest.approx(0.9, abs=0.02)
     step = {**_run(w["img_per_s"]), "status": "cut: killed at its 45 s cap; figures from the records it wrote"}
     assert report._run_row("real loader", step)[1].endswith("img/s (cut)")

@@ -33,6 +33,36 @@ def test_batched_crop_matches_torchvision_resized_crop():
             assert (got.int() - ref.int()).abs().max() <= 1
 
 
+def test_bicubic_where_asked_matches_torchvision_bicubic():
+    """Per image bilinear or bicubic (the `cubic` mask, as --train-interpolation random draws it):
+    the bicubic crops against torchvision's antialiased bicubic resized_crop on float pixels (one
+    unclipped float resample, as ours), the others still its bilinear uint8 one; at most one level."""
+    import numpy as np
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2 import functional as F
+    g, rng = torch.Generator().manual_seed(1), random.Random(1)
+    images, boxes = [], []
+    for i in range(10):
+        h, w = rng.choice([(75, 100), (100, 75), (30, 40)])
+        base = torch.randint(0, 256, (3, h // 5 + 1, w // 5 + 1), generator=g, dtype=torch.uint8)
+        images.append(F.resize(base, [h, w], antialias=True))
+        boxes.append(dec.random_resized_crop_params(w, h, (0.08, 1.0), (3 / 4, 4 / 3), rng))
+    cubic = np.arange(10) % 2 == 0
+    flips = np.arange(10) % 3 == 0
+    for size in (16, 56):
+        out = crop_batch(images, boxes, flips, size, cubic)
+        plain = crop_batch(images, boxes, flips, size)
+        for img, (top, left, h, w), flip, bicubic, got, bilinear in zip(images, boxes, flips, cubic, out, plain):
+            if not bicubic:
+                assert (got == bilinear).all()
+                continue
+            ref = F.resized_crop(img.float(), top, left, h, w, [size, size], interpolation=InterpolationMode.BICUBIC,
+                                 antialias=True).round().clamp(0, 255)
+            ref = ref.flip(-1) if flip else ref
+            assert (got.float() - ref).abs().max() <= 1
+            assert (got != bilinear).any()
+
+
 class Replay:
     """A random.Random stand-in that hands `random_resized_crop_params` prepared draws."""
 

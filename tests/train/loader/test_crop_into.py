@@ -37,63 +37,82 @@ def boxes(size, rng: random.Random, n: int):
     yield dec.center_crop_params(*size, 256, 224)
 
 
-def pillow_weights(in0: float, in1: float, size: int, out: int) -> np.ndarray:
-    """Pillow's bilinear resample weights (Resample.c precompute_coeffs), exact, as an out x size matrix."""
+def keys_cubic(x: np.ndarray) -> np.ndarray:
+    """Pillow's bicubic_filter (Resample.c, a = -0.5)."""
+    x = np.abs(x)
+    return np.where(x < 1, (1.5 * x - 2.5) * x * x + 1, np.where(x < 2, (((x - 5) * x + 8) * x - 4) * -0.5, 0.0))
+
+
+FILTERS = {"bilinear": (1.0, lambda x: np.maximum(0.0, 1.0 - np.abs(x))), "bicubic": (2.0, keys_cubic)}
+
+
+def pillow_weights(in0: float, in1: float, size: int, out: int, filter: str = "bilinear") -> np.ndarray:
+    """Pillow's resample weights (Resample.c precompute_coeffs) for BILINEAR or BICUBIC, exact, as an
+    out x size matrix."""
     in0, in1 = float(np.float32(in0)), float(np.float32(in1))  # Pillow takes the box as C floats
+    reach, kernel = FILTERS[filter]
     scale = (in1 - in0) / out
-    support = max(scale, 1.0)
+    filterscale = max(scale, 1.0)
+    support = reach * filterscale
     m = np.zeros((out, size))
     for i in range(out):
         center = in0 + (i + 0.5) * scale
         lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), size)
-        w = np.maximum(0.0, 1.0 - np.abs((np.arange(lo, hi) - center + 0.5) / support))
+        w = kernel((np.arange(lo, hi) - center + 0.5) / filterscale)
         m[i, lo:hi] = w / w.sum()
     return m
 
 
-def float_reference(data: bytes, box, res: int, flip: bool) -> np.ndarray:
+def float_reference(data: bytes, box, res: int, flip: bool, filter: str = "bilinear") -> np.ndarray:
     """The crop as an exact (float64, unrounded) two-pass filter over libjpeg's full decode at the
-    DCT scale crop_into picks: what its pixels are defined against."""
+    DCT scale crop_into picks: what its pixels are defined against. Each pass is clipped to [0, 255]
+    as Pillow's 8-bit passes are (only the cubic's negative lobes reach outside)."""
     top, left, h, w = box
     s = dec._dct_reduction(w, h, res, res)
     W, H = J.header(data)[:2]
     pixels, x, y, width, rows = J.decode_region(data, s, 0, 0, 1 << 20, 1 << 20, restarts=False)
     full = np.frombuffer(pixels, np.uint8).reshape(rows, width, 4)[:, :, :3].astype(np.float64)
     assert (x, y) == (0, 0) and (width, rows) == (-(-W // s), -(-H // s))
-    mh = pillow_weights(left / s, (left + w) / s, width, res)
-    mv = pillow_weights(top / s, (top + h) / s, rows, res)
-    out = np.stack([mv @ full[:, :, c] @ mh.T for c in range(3)])
+    mh = pillow_weights(left / s, (left + w) / s, width, res, filter)
+    mv = pillow_weights(top / s, (top + h) / s, rows, res, filter)
+    out = np.stack([np.clip(mv @ np.clip(full[:, :, c] @ mh.T, 0, 255), 0, 255) for c in range(3)])
     return out[:, :, ::-1] if flip else out
 
 
-@pytest.mark.parametrize("subsampling", [2, pytest.param(0, marks=pytest.mark.slow), pytest.param(1, marks=pytest.mark.slow)])
-def test_pixels_are_within_one_level_of_the_exact_filter(subsampling):
-    """The resampler's semantics (docs/loader.md): Pillow's bilinear filter, weights in 14-bit fixed
-    point, each pass rounded to 8 bits. So within 1 level of the exact filter rounded, and 1.1 of it
-    unrounded (two roundings of 0.5, and the weights' ~0.04), at every DCT scale (res 224 .. 24 on
-    these sizes gives 1, 1/2, 1/4, 1/8), both flips, up- and downscaling."""
+@pytest.mark.parametrize("subsampling, filter", [(2, "bilinear"), (2, "bicubic")] + [
+    pytest.param(s, f, marks=pytest.mark.slow) for s in (0, 1) for f in ("bilinear", "bicubic")])
+def test_pixels_are_within_one_level_of_the_exact_filter(subsampling, filter):
+    """The resampler's semantics (docs/loader.md): Pillow's bilinear or bicubic filter, weights in
+    14-bit fixed point, each pass rounded (and clipped) to 8 bits. So within 1 level of the exact
+    filter rounded, and 1.1 of it unrounded for bilinear (two roundings of 0.5, and the weights'
+    ~0.04; 1.2 for bicubic, whose |weights| sum to up to ~1.13, so the first rounding counts more), at
+    every DCT scale (res 224 .. 24 on these sizes gives 1, 1/2, 1/4, 1/8), both flips, up- and
+    downscaling."""
     rng = random.Random(subsampling)
+    bound = {"bilinear": 1.1, "bicubic": 1.2}[filter]
     for size in [(500, 375), (97, 150)]:
         data = jpeg(texture_image(*size, seed=11), subsampling=subsampling, restart_marker_blocks=2)
         for res in (224, 40):
             for box in boxes(size, rng, 3 if res == 224 else 6):
                 flip = rng.random() < 0.5
-                ref = float_reference(data, box, res, flip)
-                got = crop(data, box, res, flip).astype(np.float64)
-                assert np.abs(got - np.rint(ref)).max() <= 1 and np.abs(got - ref).max() <= 1.1, (size, res, box)
+                ref = float_reference(data, box, res, flip, filter)
+                got = crop(data, box, res, flip, filter=filter).astype(np.float64)
+                assert np.abs(got - np.rint(ref)).max() <= 1 and np.abs(got - ref).max() <= bound, (size, res, box)
                 assert np.abs(got - ref).mean() < 0.35
 
 
-def test_pixels_are_close_to_pillows_resize(monkeypatch):
-    """Against the Pillow path (pillow-simd's own fixed point): mostly equal, never more than 2 apart."""
+@pytest.mark.parametrize("filter", ["bilinear", "bicubic"])
+def test_pixels_are_close_to_pillows_resize(filter):
+    """Against the Pillow path (Image.resize(BILINEAR or BICUBIC, box=...), pillow-simd's own fixed
+    point): mostly equal, never more than 2 apart."""
     rng = random.Random(4)
     data = jpeg(texture_image(500, 375, seed=12))
     differ, total = 0, 0
     for res in (224, 160, 64):
         for box in boxes((500, 375), rng, 4):
             img = dec._open(data)
-            want = dec._write_chw(dec._pil_resized_crop(img, *box, res, res), None)
-            got = crop(data, box, res)
+            want = dec._write_chw(dec._pil_resized_crop(img, *box, res, res, filter), None)
+            got = crop(data, box, res, filter=filter)
             d = np.abs(got.astype(int) - want)
             assert d.max() <= 2
             differ, total = differ + int((d > 0).sum()), total + d.size
@@ -174,6 +193,7 @@ def test_what_it_declines_goes_to_pillow_and_bad_arguments_raise():
                                 (np.empty((3, 8, 8), np.uint8)[:, ::2], (0, 0, 6, 8), {}, "contiguous"),
                                 (np.empty((3, 8, 8), np.uint8), (0, 0, 0, 8), {}, "positive"),
                                 (np.empty((3, 8, 8), np.uint8), (0, 0, 6, float("nan")), {}, "finite"),
-                                (np.empty((3, 8, 8), np.uint8), (0, 0, 6, 8), {"scale": 17}, "scale")]:
+                                (np.empty((3, 8, 8), np.uint8), (0, 0, 6, 8), {"scale": 17}, "scale"),
+                                (np.empty((3, 8, 8), np.uint8), (0, 0, 6, 8), {"filter": "lanczos"}, "filter")]:
         with pytest.raises((ValueError, BufferError), match=match):
             J.crop_into(photo, out, *box, False, **kw)

@@ -12,6 +12,7 @@ import torchvision.transforms as T
 from PIL import Image
 
 from tests.fixtures.loader import texture_image
+from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.loader import decode as dec
 
 
@@ -75,10 +76,12 @@ def test_center_crop_params_match_resize_then_crop():
 
 @pytest.mark.parametrize("size", [(200, 150), (150, 200), (97, 131)])
 @pytest.mark.parametrize("decoder", BUILT)
-def test_val_equals_torchvision_resize_center_crop(size, decoder):
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_val_equals_torchvision_resize_center_crop(size, decoder, interpolation):
     data = jpeg(texture_image(*size, seed=2))
-    out = dec.decode_val(data, resize=80, crop=64, decoder=decoder)
-    ref = T.Compose([T.Resize(80), T.CenterCrop(64), T.PILToTensor()])(pil_rgb(data)).numpy()
+    out = dec.decode_val(data, resize=80, crop=64, decoder=decoder, interpolation=interpolation)
+    mode = T.InterpolationMode.BICUBIC if interpolation == "bicubic" else T.InterpolationMode.BILINEAR
+    ref = T.Compose([T.Resize(80, mode), T.CenterCrop(64), T.PILToTensor()])(pil_rgb(data)).numpy()
     assert out.shape == (3, 64, 64) and out.dtype == np.uint8
     diff = np.abs(out.astype(int) - ref)
     assert diff.max() <= 2 and diff.mean() < 0.05
@@ -127,6 +130,34 @@ def test_train_same_seed_same_crop_for_both_decoders_and_flip(photo, decoder):
         assert out.shape == (3, 32, 32) and out.dtype == np.uint8
         flips.add(bool((out == noflip).all()) or (bool((out == noflip[:, :, ::-1]).all()) and "flipped"))
     assert flips == {True, "flipped"}
+
+
+@pytest.mark.parametrize("decoder", [*BUILT, "tvio"])
+def test_random_interpolation_is_drawn_after_the_crop_and_flip(photo, decoder):
+    """timm's --train-interpolation random: bilinear or bicubic per sample, chosen by one draw from
+    the sample's stream after its crop and flip. So a seed gives the same bytes every time, the crop
+    and flip are the plain run's, and over seeds both filters occur, about half each."""
+    picks = []
+    for seed in range(40):
+        got = dec.decode_train(photo, res=32, rng=random.Random(seed), decoder=decoder, interpolation="random")
+        assert (got == dec.decode_train(photo, res=32, rng=random.Random(seed), decoder=decoder,
+                                        interpolation="random")).all()
+        rng = random.Random(seed)
+        bilinear = dec.decode_train(photo, res=32, rng=rng, decoder=decoder)  # draws the crop and the flip
+        pick = interp.draw("random", rng)
+        want = bilinear if pick == "bilinear" else dec.decode_train(photo, res=32, rng=random.Random(seed),
+                                                                      decoder=decoder, interpolation="bicubic")
+        assert (got == want).all(), (seed, pick)
+        assert pick == "bilinear" or (got != bilinear).any()  # the filters differ on this texture
+        picks.append(pick)
+    assert 10 <= picks.count("bicubic") <= 30
+
+
+def test_interpolation_names_are_checked(photo):
+    with pytest.raises(ValueError, match="val interpolation 'random'"):
+        dec.decode_val(photo, resize=80, crop=64, interpolation="random")  # a per-image choice is train only
+    with pytest.raises(ValueError, match="bilinear, bicubic, random"):
+        dec.decode_train(photo, res=32, rng=random.Random(0), interpolation="nearest")
 
 
 def test_row_limited_decode_is_exact(photo):

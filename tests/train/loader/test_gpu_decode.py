@@ -204,3 +204,26 @@ def test_decode_thread_stops_with_the_consumer_and_passes_errors_on(tiny_shards)
 def test_unknown_arguments_are_an_error(tiny_shards):
     with pytest.raises(TypeError):
         gd.make_gpu_decode_loader(str(tiny_shards), "train", 8, device="cpu", decoder="pil")
+
+
+def test_gpu_decode_interpolation_follows_the_flags(tiny_shards):
+    """--val-interpolation bicubic: val pixels near the CPU loader's (torchvision's uint8 bicubic,
+    which clips between its passes); --train-interpolation random: a seeded epoch repeats exactly,
+    and is neither the all-bilinear nor the all-bicubic one; val refuses random."""
+    data = str(tiny_shards)
+    gpu_val = list(gd.make_gpu_decode_loader(data, "val", 8, device="cpu", interpolation="bicubic", **KW))
+    cpu_val = list(make_loader(data, "val", 8, decoder="tvio", interpolation="bicubic", **KW))
+    plain = list(gd.make_gpu_decode_loader(data, "val", 8, device="cpu", **KW))
+    for (xg, yg), (xc, yc), (xp, _) in zip(gpu_val, cpu_val, plain, strict=True):
+        assert torch.equal(yg, yc) and (xg.int() - xc.int()).abs().max() <= 2
+        assert not torch.equal(xg, xp)
+
+    def train(interpolation):
+        return torch.cat([x for x, _ in gd.make_gpu_decode_loader(data, "train", 8, device="cpu",
+                                                                  interpolation=interpolation, **KW)])
+
+    mixed = train("random")
+    assert torch.equal(mixed, train("random"))
+    assert not torch.equal(mixed, train("bilinear")) and not torch.equal(mixed, train("bicubic"))
+    with pytest.raises(ValueError, match="val interpolation 'random'"):
+        gd.make_gpu_decode_loader(data, "val", 8, device="cpu", interpolation="random", **KW)

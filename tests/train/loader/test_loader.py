@@ -379,6 +379,28 @@ def test_val_crop_matches_torchvision_reference(tmp_path):
         assert diff.max() <= 2 and diff.float().mean() < 0.1
 
 
+@pytest.mark.timeout(120)
+def test_the_interpolation_reaches_every_crop_and_random_is_per_sample(tmp_path):
+    """--train-interpolation random through the loader: each sample's crop is its bilinear or its
+    bicubic one (the choice in its own stream, so the same with 0 or 2 workers), both occur; val
+    takes bilinear or bicubic only."""
+    data = str(write_shard_set(tmp_path / "out", train=16, val=4, shard_samples=4, num_classes=3, content="texture",
+                               size=[(64, 48), (48, 64)]))
+
+    def crops(interpolation, workers=0):
+        ld = D.make_loader(data, "train", 4, workers=workers, res=24, seed=3, interpolation=interpolation)
+        return sorted(img.numpy().tobytes() for images, _ in ld for img in images)
+
+    bilinear, bicubic, mixed = crops("bilinear"), crops("bicubic"), crops("random")
+    assert mixed == crops("random", workers=2)
+    both = set(bilinear) & set(bicubic)
+    assert not both  # the filters differ on every crop of this texture
+    assert set(mixed) <= set(bilinear) | set(bicubic)
+    assert set(mixed) & set(bilinear) and set(mixed) & set(bicubic)
+    with pytest.raises(ValueError, match="val interpolation 'random'"):
+        D.make_loader(data, "val", 4, workers=0, interpolation="random")
+
+
 def test_train_labels_and_crops_come_through(sets):
     ld = loader(sets[7], workers=0, res=12)
     got = collect(ld)  # collect checks label == index % C for every image

@@ -128,12 +128,15 @@ def test_resume_at_every_batch_is_exact_with_spares_and_repeats(starved):
 
 
 @pytest.mark.timeout(180)
-def test_resume_with_workers_skips_without_decoding(tmp_path):
+@pytest.mark.parametrize("interpolation", ["bilinear", "random"])
+def test_resume_with_workers_skips_without_decoding(tmp_path, interpolation):
     """Two workers, cut after 5 batches; the samples of those batches are then made undecodable on
-    disk: the resumed epoch still equals the uninterrupted one, so it never decoded them."""
+    disk: the resumed epoch still equals the uninterrupted one, so it never decoded them. Also with
+    timm's random bilinear/bicubic choice, drawn from each sample's own stream."""
     data = str(write_shard_set(tmp_path / "out", train=48, shard_samples=9, num_classes=C, size=(32, 24)))
-    straight = _batches(_loader(data, workers=2, seed=5, epoch=3, shuffle_buffer=16))
-    first = _loader(data, workers=2, seed=5, epoch=3, shuffle_buffer=16)
+    kw = dict(workers=2, seed=5, epoch=3, shuffle_buffer=16, interpolation=interpolation)
+    straight = _batches(_loader(data, **kw))
+    first = _loader(data, **kw)
     head = []
     for x, y in first:
         head.append((x.clone(), y.clone()))
@@ -142,7 +145,7 @@ def test_resume_with_workers_skips_without_decoding(tmp_path):
     saved, plan = first.position(5), first.plan_state()
     assert [w[0] for w in saved["workers"]] == [3, 2]  # batches 0, 2, 4 came from worker 0
     damage_samples(data, corrupt_keys=[k for b in head for k in _keys(b)])
-    again = _loader(data, workers=2, seed=5, epoch=3, shuffle_buffer=16)
+    again = _loader(data, **kw)
     again.resume(plan, [saved])
     rest = _batches(again)
     assert len(head) + len(rest) == len(straight) == 12

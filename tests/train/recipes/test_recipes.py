@@ -231,6 +231,12 @@ def test_rsb_a3_record_and_timm_cosine():
     assert d["global_batch"] == 2048 and d["lr_peak"] == 8e-3 and d["eval_real"] is True
     assert d["lr_at_epoch"] == pytest.approx([timm_cosine_lr(e) for e in range(100)], rel=1e-9)
     assert d["val_crop_ratio"] == pytest.approx(224 / 235)  # floor(224 / 0.95) = 235
+    # timm 0.5.0 train.py:219 --train-interpolation random (the crop), eval at the model's bicubic
+    assert (d["train_interpolation"], d["val_interpolation"]) == ("random", "bicubic")
+    assert "train.py:219" in d["cites"]["train_interpolation"] and "bicubic" in d["cites"]["val_interpolation"]
+    plain = show("--recipe", "rsb-a3-rn50", "--train-interpolation", "bilinear", "--val-interpolation", "bilinear")
+    assert (plain["train_interpolation"], plain["val_interpolation"]) == ("bilinear", "bilinear")
+    assert plain["overrides"] == {"train_interpolation": "random", "val_interpolation": "bicubic"}
     # on one GPU the source's 2048 as 4 x 512 accumulated, lr 8e-3; an explicit --batch-size 512 there
     # changes the global batch: timm's sqrt rule for LAMB, the absolute warmup-start and floor lrs kept
     kept = show("--recipe", "rsb-a3-rn50", "--world-size", "1")
@@ -253,6 +259,8 @@ def test_show_prints_the_resolved_recipe_for_every_name(name, capsys):
                 "bn_weight_decay", "optimizer", "loss", "mixup", "cutmix", "ema", "source", "published_top1"):
         assert key in d, key
     assert d["recipe"] == name and len(d["lr_at_epoch"]) == len(d["res_at_epoch"]) == d["epochs"]
+    want = ("random", "bicubic") if name.startswith("rsb-") else ("bilinear", "bilinear")  # others: the default
+    assert (d["train_interpolation"], d["val_interpolation"]) == want
     assert d["published_top1"] == get_recipe(name).published["top1"].value and d["what_we_changed"]
 
 

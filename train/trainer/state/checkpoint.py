@@ -254,7 +254,7 @@ def rank_buffers(module: torch.nn.Module) -> dict:
 
 def local_state(parts, prefetcher, batches: int, sums: list) -> dict:
     """This rank's share of a mid-epoch checkpoint after `batches` batches of the current iteration."""
-    return {"loader": parts.train_loader.position(batches), "prefetch": prefetcher.rng_state(),
+    return {"loader": parts.train_loader.position(batches), "prefetch": prefetcher.rng_state(batches),
             "buffers": rank_buffers(parts.raw),
             "ema_buffers": rank_buffers(parts.ema.module) if parts.ema is not None else None,
             "sums": list(sums)}

@@ -19,6 +19,13 @@ a `Decision` to write a mid-epoch checkpoint and maybe stop. Everything else liv
   the next check: the ranks all see the same sums at the same step, so they stop or save at the
   same step, within 2 x `agree_every` steps of the signal. No wait is on the critical path: by the
   time it is read the reduce has long finished. docs/training.md has the measured cost.
+* **A deadline** (`--stop-deadline`, default 15 s: well inside Slurm's KillWait and a pod's grace
+  period, 30 s each): a stop must not wait for ever on a loader worker that delivers nothing (a
+  SIGSTOPped worker, a hung store). Past the deadline, while the loop waits for a batch,
+  `watch.stall.StallWatch` (a thread) sets `overdue` and sends the stop signal again to the main
+  thread; the handler then raises `StopOverdue` out of that wait (and only there: `waiting()`), the
+  loop writes the mid-epoch checkpoint of the last completed step and the loader's workers are
+  killed. The exit code is the signal's, as for any stop.
 * **Periodic checkpoints** (`--checkpoint-every 30m`, `2000steps` or both): a step count is the same
   on every rank, so it needs no agreement; a duration is rank 0's clock, spread by the agreement.
 """
@@ -30,6 +37,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +49,7 @@ from tqdm import tqdm
 from imagenet_shards.pipeline.interrupts import MESSAGE, RUN_SIGNALS, Interrupted, run_cli
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.state.checkpoint import LATEST
+from imagenet_shards.train.trainer.watch.stall import DEFAULT_STOP_DEADLINE
 
 DEFAULT_AGREE_EVERY = 8
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
@@ -79,6 +88,11 @@ class Stopped(Exception):
         self.code = code
 
 
+class StopOverdue(BaseException):
+    """The stop deadline passed while the training loop waited for a batch: raised in the main thread,
+    out of that wait (a BaseException, so the loader's `except Exception` lets it through)."""
+
+
 @dataclass(frozen=True)
 class Decision:
     save: bool   # write a mid-epoch checkpoint after this step
@@ -90,7 +104,8 @@ class Lifecycle:
     waits for an agreement still in flight). `deferred()` is where signals are its own."""
 
     def __init__(self, info: DistInfo, *, every_steps: int | None = None, every_seconds: float | None = None,
-                 agree_every: int = DEFAULT_AGREE_EVERY, clock=time.monotonic, announce=None):
+                 agree_every: int = DEFAULT_AGREE_EVERY, clock=time.monotonic, announce=None,
+                 stop_deadline: float | None = DEFAULT_STOP_DEADLINE):
         self.info = info
         self.every_steps, self.every_seconds = every_steps, every_seconds
         self.agree_every = max(1, agree_every)
@@ -98,6 +113,11 @@ class Lifecycle:
         self.announce = announce if announce is not None else info.local_rank == 0
         self.signal: str | None = None   # the first signal received
         self.extra = 0                   # signals after it (only noted)
+        self.stop_deadline = stop_deadline
+        self.signal_at: float | None = None  # when the first signal came (this process's clock)
+        self.overdue = False             # the deadline passed: the next signal in a wait raises StopOverdue
+        self.overdue_reason: str | None = None  # who held the stop up (the stalled worker, its shard)
+        self.waiting = lambda: False     # is the main thread in the train loader's wait? (StallWatch sets it)
         self._last_save = clock()
         self._work = None
         self._flags = torch.zeros(2, dtype=torch.int64)
@@ -115,14 +135,31 @@ class Lifecycle:
             self._work = None
 
     def _handle(self, signum, frame) -> None:
+        if self.overdue and self.waiting():
+            # the stalled workers are killed next: the DataLoader's SIGCHLD handler would raise for each
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            raise StopOverdue
         if self.signal is not None:
             self.extra += 1
             return
-        self.signal = signal.Signals(signum).name
+        self.signal, self.signal_at = signal.Signals(signum).name, self.clock()
         if self.announce:
             within = 1 if not self.info.distributed else 2 * self.agree_every
+            late = (f"; a loader that holds it up past {self.stop_deadline:g} s: the last completed step's checkpoint"
+                    if self.stop_deadline else "")
             tqdm.write(f"{self.signal} received: finishing the current step, then stopping within {within} step(s) "
-                       f"with a checkpoint (further signals are ignored; SIGKILL abandons it)", file=sys.stderr)
+                       f"with a checkpoint{late} (further signals are ignored; SIGKILL abandons it)", file=sys.stderr)
+
+    def past_deadline(self) -> bool:
+        """A stop was asked for more than `stop_deadline` seconds ago."""
+        return (self.signal_at is not None and bool(self.stop_deadline)
+                and self.clock() - self.signal_at >= self.stop_deadline)
+
+    def nudge(self, reason: str | None) -> None:
+        """From the watch thread, past the deadline: mark the stop overdue and signal the main thread
+        again, so that a wait for a batch raises `StopOverdue` (the handler checks it still waits)."""
+        self.overdue, self.overdue_reason = True, reason
+        signal.pthread_kill(threading.main_thread().ident, getattr(signal, self.signal))
 
     @contextlib.contextmanager
     def deferred(self):
@@ -188,7 +225,7 @@ class Lifecycle:
         """Whether the agreement says stop; a rank that got no signal itself takes the one agreed on
         (the highest number any rank got), so every rank exits with the same code."""
         if signum and self.signal is None:
-            self.signal = signal.Signals(signum).name
+            self.signal, self.signal_at = signal.Signals(signum).name, self.clock()
         return signum > 0
 
     def _issue(self, *, due: bool) -> None:
@@ -223,11 +260,17 @@ class RunSignals:
 
 
 def stop_line(signal_name: str, *, epoch: int, epoch_step: int, steps_per_epoch: int, step: int,
-              cost: dict | None, mid_supported: bool, out: Path) -> str:
-    """The one line a run stopped by a signal prints: where it stopped, what was saved, how to go on."""
+              cost: dict | None, mid_supported: bool, out: Path, overdue: str | None = None) -> str:
+    """The one line a run stopped by a signal prints: where it stopped, what was saved, how to go on.
+    `overdue`: the stop deadline passed waiting for the loader (who held it up, what was killed)."""
     where = (f"at epoch {epoch + 1}, step {epoch_step} of {steps_per_epoch} (global step {step})" if epoch_step
              else f"after epoch {epoch} (global step {step})")
-    if cost is not None:
+    if overdue:
+        where += f", past the stop deadline ({overdue})"
+    if cost is None and overdue and not mid_supported:
+        saved = ("no checkpoint: the other ranks wait for this one in a collective; --resume auto continues from "
+                 "the last checkpoint written")
+    elif cost is not None:
         saved = f"checkpoint {cost['path']} written ({cost['bytes'] / 2**20:.1f} MiB, {cost['seconds']:.1f} s)"
     elif epoch_step and not mid_supported:
         saved = (f"no mid-epoch checkpoint with this loader (--gpu-decode or --synthetic-data): --resume auto "
@@ -237,4 +280,5 @@ def stop_line(signal_name: str, *, epoch: int, epoch_step: int, steps_per_epoch:
     return f"stopped by {signal_name} {where}: {saved}; to continue, run the same command with --resume auto"
 
 
-__all__ = ["Decision", "Lifecycle", "RunSignals", "Stopped", "exit_code", "parse_every", "stop_line"]
+__all__ = ["Decision", "Lifecycle", "RunSignals", "StopOverdue", "Stopped", "exit_code",
+           "parse_every", "stop_line"]

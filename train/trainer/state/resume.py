@@ -31,7 +31,7 @@ from imagenet_shards.train.trainer.state.checkpoint import (BEST, LATEST, MID, P
 EXECUTION = frozenset({
     "data", "out", "workers", "device", "resume", "overwrite", "stop_after_epochs", "eval_only", "profile", "measure_ceiling",
     "log_interval", "cache_dir", "cache_size", "storage_option", "weights", "compile", "channels_last",
-    "checkpoint_every", "stop_check_every", "dist_backend",
+    "checkpoint_every", "stop_check_every", "stop_deadline", "stall_warn", "dist_backend",
     # evaluation only, and how a recipe was fitted to the world size (its effects show as the fields it set)
     "eval_every", "tta", "eval_real", "val_crop_ratio", "no_val", "recipe_scaling",
     "device_adaptations", "skip_bad_shards",

@@ -48,6 +48,15 @@ RANK_MAIN = textwrap.dedent("""
     out.mkdir(parents=True, exist_ok=True)
     rank = os.environ.get("RANK", "0")
     (out / f"pid-rank{rank}").write_text(str(os.getpid()))
+    if os.environ.get("TEST_SLOW_FROM_STEP"):  # from that optimizer step on, 0.5 s per step: a stop sent
+        import time  # there lands inside its epoch however loaded the box is
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from_step, count = int(os.environ["TEST_SLOW_FROM_STEP"]), [0]
+        def slow(*_):
+            count[0] += 1
+            if count[0] >= from_step:
+                time.sleep(0.5)
+        register_optimizer_step_post_hook(slow)
     rc = main(sys.argv[1:])
     (out / f"rc-rank{rank}").write_text(str(rc))
     sys.exit(rc)
@@ -61,13 +70,13 @@ def shards(tmp_path_factory) -> Path:
                              val_per_class=5, shard_samples=13)
 
 
-def _launch(tmp: Path, ranks: int, args: list) -> subprocess.Popen:
+def _launch(tmp: Path, ranks: int, args: list, env: dict | None = None) -> subprocess.Popen:
     """train-imagenet in fresh processes: torchrun with `ranks` gloo ranks, or one plain process."""
     script = tmp / "rank_main.py"
     script.write_text(RANK_MAIN)
     head = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] \
         if ranks > 1 else [sys.executable]
-    return subprocess.Popen([*head, str(script), *map(str, args)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+    return subprocess.Popen([*head, str(script), *map(str, args)], cwd=REPO, env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 
@@ -79,11 +88,11 @@ def _run(tmp: Path, ranks: int, args: list, timeout: float = 400) -> str:
 
 
 def _interrupt(tmp: Path, ranks: int, args: list, out_dir: Path, *, at_step: int, sig=signal.SIGTERM,
-               target=None, after_checkpoint: bool = False, times: int = 1) -> str:
+               target=None, after_checkpoint: bool = False, times: int = 1, slow_from: int | None = None) -> str:
     """Start a run, wait until rank 0 logged global step `at_step` (and, with `after_checkpoint`, a
     mid-epoch checkpoint before it), then send `sig` to `target` (a pid; default the launcher),
-    `times` times 0.1 s apart."""
-    proc = _launch(tmp, ranks, args)
+    `times` times 0.1 s apart. `slow_from`: the ranks take 0.5 s per step from that step on."""
+    proc = _launch(tmp, ranks, args, {"TEST_SLOW_FROM_STEP": str(slow_from)} if slow_from else None)
     deadline = time.monotonic() + 400
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -460,7 +469,8 @@ def test_world_size_change_mid_epoch_sees_every_sample_once(shards, tmp_path, be
     run = tmp_path / "run"
     common = ["--data", shards, *FLAGS, "--workers", "0", "--epochs", "3"]
     spe_before = 60 // before // 4
-    _interrupt(tmp_path, before, [*common, "--out", run], run, at_step=spe_before + rng.randint(1, 3))
+    at = spe_before + rng.randint(1, 3)  # a loaded box once let 2 ranks run on to the epoch's end: slowed from there
+    _interrupt(tmp_path, before, [*common, "--out", run], run, at_step=at, slow_from=at)
     mid = ckpt.load_checkpoint(run / ckpt.MID)
     assert mid["epoch"] == 1 and 0 < mid["epoch_step"] < spe_before, why
     out = _run(tmp_path, after, [*common, "--out", run, "--resume", "auto"])
