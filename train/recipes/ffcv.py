@@ -7,7 +7,7 @@ default, and README.md's results table.
 
 from __future__ import annotations
 
-from imagenet_shards.train.recipes.record import Cited, Recipe
+from imagenet_shards.train.recipes.record import SHARDS_MEASURED, Cited, Recipe
 
 REPO = "libffcv/ffcv-imagenet@4dd291a"
 SCRIPT = f"{REPO} train_imagenet.py"
@@ -146,6 +146,9 @@ def _ffcv(arch: str, epochs: int) -> Recipe:
         },
         changes=CHANGES,
         data=_data(arch),
+        shards_resize=Cited(f"longer:{500 if rn50 else 400}",
+                            f"{REPO} README.md 'Training Details': ResNet-{50 if rn50 else 18} data written at max "
+                            f"resolution {500 if rn50 else 400}; {SHARDS_MEASURED}"),
         ramp_rule=RAMP_RULE,
         metric=Cited("val_top1", f"{SCRIPT}:403-404 the val top_1 is of logits(x) + logits(flip(x)) (lr_tta); no EMA: "
                                  f"our val_top1 with flip TTA"),

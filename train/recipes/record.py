@@ -11,6 +11,10 @@ from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple
 
 
+# where the shard setting a recipe names was measured against its source's own resize path
+SHARDS_MEASURED = "measured: bench/bench_resize_paths.py, docs/recipes.md 'Shard settings'"
+
+
 class Cited(NamedTuple):
     """A value and where it comes from (file:line, table, or "ours: ..." for a value we chose)."""
 
@@ -30,7 +34,10 @@ class Recipe:
     warmup-start and floor lrs as absolute values (timm), so they stay put when the peak is scaled.
     `ema_adjust`: torchvision's EMA decay adjustment applies. `metric`: which of our eval figures the
     published top-1 is ("val_top1", "ema_val_top1" or "val_real_top1"; with the recipe's `tta` as it is
-    set): what checkpoint-best, the run summary and report-run follow. `ramp_rule`: how the source's own
+    set): what checkpoint-best, the run summary and report-run follow. `shards_resize`: the prepare-shards
+    `--resize` whose stored images are the source's own data ("none": the original JPEGs; "longer:500":
+    FFCV's 500 px bound), which train-imagenet compares with the manifest's at start (docs/recipes.md,
+    "Shard settings"; None: the recipe says nothing). `ramp_rule`: how the source's own
     configs place the progressive-resize ramp for another number of epochs, as (start fraction, end
     fraction, offset): ramp = (floor(start x E) + offset, floor(end x E) + offset); None where the
     source has no ramp or no rule fits its configs. `changes`: what we do differently and why
@@ -50,6 +57,7 @@ class Recipe:
     absolute_lr_bounds: bool = False
     ema_adjust: bool = False
     ramp_rule: Cited | None = None
+    shards_resize: Cited | None = None
     metric: Cited = Cited("val_top1", "the raw model's single-crop top-1")
     notes: tuple[str, ...] = field(default_factory=tuple)
 

@@ -32,7 +32,7 @@ results-imagenet-real.csv (resnet50.a3_in1k at 224: top-5 and ReaL top-1 of the 
 
 from __future__ import annotations
 
-from imagenet_shards.train.recipes.record import Cited, Recipe
+from imagenet_shards.train.recipes.record import SHARDS_MEASURED, Cited, Recipe
 
 PAPER = "arXiv 2110.00476 Table 1, column A3"
 TIMM = "huggingface/pytorch-image-models@93901e99 (timm 0.5.0)"
@@ -131,6 +131,8 @@ A3 = Recipe(
         "per-epoch order through a shuffle buffer",
     ),
     data="the original ImageNet JPEGs (see tv-rn50-v1)",
+    shards_resize=Cited("none", f"{TIMM} train.py: create_dataset over the ImageNet folder of the original JPEGs; "
+                                f"{SHARDS_MEASURED}"),
     absolute_lr_bounds=True,
     metric=Cited("val_top1", f"{PAPER}: top-1 on ImageNet val at 224 px, single crop, no EMA (EMA ✗); the ReaL "
                              f"figure (published_real_top1) is val_real_top1"),

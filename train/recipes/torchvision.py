@@ -13,7 +13,7 @@ its EMA and scheduler code. Published accuracies: torchvision/models/resnet.py (
 
 from __future__ import annotations
 
-from imagenet_shards.train.recipes.record import Cited, Recipe
+from imagenet_shards.train.recipes.record import SHARDS_MEASURED, Cited, Recipe
 
 TV = "pytorch/vision references/classification"
 V1_SCRIPT = "pytorch/vision@bde124ee references/classification/train.py"
@@ -89,6 +89,8 @@ V1 = Recipe(
     ),
     data="the original ImageNet JPEGs (prepare-shards' default --resize longer:500 shrinks about 15 % of the train "
          "images; use --resize none to keep every original)",
+    shards_resize=Cited("none", f"{V1_SCRIPT} load_data: torchvision.datasets.ImageFolder over the original JPEGs; "
+                                f"{SHARDS_MEASURED}"),
     metric=Cited("val_top1", f"{WEIGHTS}:366 acc@1 of the released weights: one model, single crop, no EMA"),
 )
 
@@ -165,6 +167,8 @@ V2 = Recipe(
         "over a shuffled batch",
     ),
     data="the original ImageNet JPEGs (see tv-rn50-v1)",
+    shards_resize=Cited("none", f"{TRAIN} load_data: torchvision.datasets.ImageFolder over the original JPEGs; "
+                                f"{SHARDS_MEASURED}"),
     ema_adjust=True,
     metric=Cited("ema_val_top1", "the 'How to Train State-Of-The-Art Models Using TorchVision's Latest Primitives' "
                                  "post's ablation table: 80.858 is the '+ EMA' row (best of 3 runs), the EMA model's "

@@ -74,15 +74,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
     if show:  # with --data, for the shard set's own train count (its manifest); else ImageNet-1k's
         try:
-            num_train = None
+            manifest, num_train = None, None
             if config.data:
                 from imagenet_shards.train.trainer.build import read_dataset
-                num_train = read_dataset(config)[2]
+                manifest, _, num_train = read_dataset(config)
         except TrainError as e:
             print(f"error: {storage.redact(e)}", file=sys.stderr, flush=True)
             return 2
         if (config.recipe_scaling or {}).get("note"):
             print(f"note: {config.recipe_scaling['note']}", file=sys.stderr)
+        from imagenet_shards.train.trainer.recipe import shards_note
+        data_note = shards_note(config, manifest)
+        if data_note:
+            print(data_note, file=sys.stderr)
         print(json.dumps(describe(config, world_size=world, num_train=num_train), indent=1))
         return 0
     from imagenet_shards.train.trainer.distributed import shutdown_distributed

@@ -170,6 +170,24 @@ def ramp_warning(config) -> str | None:
             f"with A < {config.epochs - 1}")
 
 
+def shards_note(config, manifest: dict | None) -> str | None:
+    """One line when --data was prepared with another prepare-shards --resize than the one that stores
+    the recipe's source data (`Recipe.shards_resize` against the manifest's recorded config), else None."""
+    recipe = get_recipe(config.recipe) if config.recipe else None
+    want = recipe.shards_resize if recipe else None
+    if want is None or manifest is None:
+        return None
+    have = (manifest.get("config") or {}).get("resize")
+    counts = (manifest.get("fixed") or {}).get("counts")
+    shrunk = None if counts is None else int(counts.get("resized", 0))
+    if have == want.value or (want.value == "none" and shrunk == 0):  # no image shrunk: the originals
+        return None
+    return (f"note: {recipe.name}'s source trained on the images prepare-shards --resize {want.value} stores; "
+            f"--data was prepared with --resize {have or '(not recorded)'}"
+            + (f" ({shrunk} image(s) shrunk)" if shrunk is not None else "")
+            + ": its crops can differ from the source's (docs/recipes.md, 'Shard settings')")
+
+
 def steps_per_epoch_for(config, *, world_size: int, num_train: int) -> int:
     """Optimizer steps per epoch of `config` on `world_size` ranks over `num_train` samples: the
     loader's own epoch plan (loader/plan.py) for one rank, divided by --accumulate."""
@@ -249,6 +267,7 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         "overrides": config.recipe_overrides,
         "what_we_changed": list(recipe.changes) if recipe else [],
         "data": recipe.data if recipe else None,
+        "shards_resize": recipe.shards_resize.value if recipe and recipe.shards_resize else None,
         "notes": list(recipe.notes) if recipe else [],
         "cites": {name: cited.source for name, cited in recipe.hyper.items()} if recipe else {},
         "published_cites": {name: cited.source for name, cited in recipe.published.items()} if recipe else {},
@@ -257,4 +276,6 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         out["cites"]["world_size"] = recipe.world_size.source
         out["cites"]["scale_rule"] = recipe.scale_rule.source
         out["published_cites"]["metric"] = recipe.metric.source
+        if recipe.shards_resize:
+            out["cites"]["shards_resize"] = recipe.shards_resize.source
     return out

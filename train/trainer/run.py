@@ -18,6 +18,7 @@ from imagenet_shards.train.trainer.build import batch_bytes, build, read_dataset
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError, check_flags, local_paths, resolve
 from imagenet_shards.train.trainer.distributed import DistInfo, gather_objects, init_distributed, print0
 from imagenet_shards.train.trainer.prefetch import LoaderError
+from imagenet_shards.train.trainer.recipe import shards_note
 from imagenet_shards.train.trainer.runner import Run
 from imagenet_shards.train.trainer.schedule import run_resolution
 from imagenet_shards.train.trainer.state import checkpoint as ckpt
@@ -78,7 +79,8 @@ def train(config: TrainConfig) -> dict:
     _check_data(config, info, None if config.synthetic_data else manifest)
     real = _real_labels(config, manifest)
     if not config.synthetic_data:
-        for note in notes + [host.workers_note(config.workers, host.usable_cores(), info.local_world_size)]:
+        for note in notes + [host.workers_note(config.workers, host.usable_cores(), info.local_world_size),
+                             shards_note(config, manifest)]:
             if note:
                 print0(info, note)
     out = Path(config.out)

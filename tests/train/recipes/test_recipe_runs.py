@@ -76,9 +76,12 @@ def _learned(records) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_ffcv_family_toy_run_learns(toy_shards, tmp_path):
+def test_ffcv_family_toy_run_learns(toy_shards, tmp_path, capsys):
     out = tmp_path / "ffcv"
     records = _run(toy_shards, out, *FFCV)
+    # the start notes that the toy set (--resize longer:64) is not FFCV's rn18 data (400 px), in one line
+    assert "note: ffcv-rn18-16's source trained on the images prepare-shards --resize longer:400 stores; --data was " \
+           "prepared with --resize longer:64" in capsys.readouterr().out
     epochs = [r for r in records if r["kind"] == "epoch"]
     assert [r["res"] for r in epochs] == [32, 32, 40, 40]  # FFCV: min_res through start_ramp, max_res from end_ramp
     assert ["val_top1" in r for r in epochs] == [False, False, False, True]  # rn18 yaml: log_level 0, eval at the end

@@ -336,6 +336,41 @@ def test_show_prints_the_world_size_note_and_uses_the_data_train_count(tmp_path,
 
 
 @pytest.mark.parametrize("name", list(RECIPES))
+def test_every_recipe_names_the_shard_setting_of_its_source_data(name):
+    r = get_recipe(name)  # torchvision and timm read the original JPEGs; FFCV wrote its sets at 500 / 400 px
+    expected = "longer:400" if name.startswith("ffcv-rn18") else "longer:500" if name.startswith("ffcv-") else "none"
+    d = show("--recipe", name)
+    assert d["shards_resize"] == r.shards_resize.value == expected
+    assert d["cites"]["shards_resize"] == r.shards_resize.source and "bench_resize_paths" in r.shards_resize.source
+
+
+def test_show_notes_shards_prepared_with_another_resize_and_not_the_matching_one(tiny_shards, tmp_path, capsys):
+    from tests.fixtures.trainer import write_tiny_shards
+    shrunk = json.loads((tiny_shards / "manifest.json").read_text())["fixed"]["counts"]["resized"]
+    assert main(["--recipe", "tv-rn50-v1", "--data", str(tiny_shards), "--show"]) == 0  # prepared --resize longer:64
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if "prepare-shards --resize" in line]
+    assert notes == [f"note: tv-rn50-v1's source trained on the images prepare-shards --resize none stores; --data was "
+                     f"prepared with --resize longer:64 ({shrunk} image(s) shrunk): its crops can differ from the "
+                     f"source's (docs/recipes.md, 'Shard settings')"] and shrunk > 0
+    assert json.loads(captured.out)["shards_resize"] == "none"
+    originals = write_tiny_shards(tmp_path / "originals", classes=2, train_per_class=3, val_per_class=1,
+                                  resize="none")
+    assert main(["--recipe", "tv-rn50-v1", "--data", str(originals), "--show"]) == 0
+    captured = capsys.readouterr()
+    assert "--resize" not in captured.err and json.loads(captured.out)["shards_resize"] == "none"
+    assert main(["--recipe", "ffcv-rn50-16", "--data", str(originals), "--show"]) == 0  # FFCV's 500 px bound: not none
+    assert "--resize longer:500 stores; --data was prepared with --resize none (0 image(s) shrunk)" in capsys.readouterr().err
+    from imagenet_shards.train.trainer.recipe import shards_note
+    manifest = json.loads((originals / "manifest.json").read_text())
+    config, _, _ = config_from_argv(["--recipe", "tv-rn50-v1", "--show"])
+    manifest["config"]["resize"] = "longer:500"  # as prepared at the default with no image over 500 px: the originals
+    assert shards_note(config, manifest) is None
+    manifest["fixed"]["counts"]["resized"] = 1
+    assert "--resize longer:500 (1 image(s) shrunk)" in shards_note(config, manifest)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
 def test_every_recipe_names_the_metric_its_published_figure_is(name):
     r = get_recipe(name)
     expected = "ema_val_top1" if name == "tv-rn50-v2" else "val_top1"  # v2: the post's '+ EMA' row
