@@ -4,7 +4,7 @@ shards (its webdataset reader, from our `_info.json`), and our `train-imagenet` 
 with the same model, epochs, seed, batch, lr, schedule and resolution, on the CPU. The table of
 docs/recipes.md, "Toy runs beside the sources' scripts".
 
-    python bench/bench_recipe_sources.py [--work DIR] [--epochs 4] [--seed 0]
+    python bench/bench_recipe_sources.py [--work DIR] [--epochs 4] [--seed 0] [--res 224 --val-resize 256]
         [--torchvision-refs DIR] [--timm-train FILE] [--timm-python PY] [--markdown]
 
 The corpus: the synthetic generator's 4 learnable classes (16 train, 25 val images per class)
@@ -12,12 +12,17 @@ through prepare-shards at a longer side of 64 px; the ImageFolder holds the very
 shards, one folder per WNID (so ImageFolder's sorted-folder labels are our labels). The settings are
 those of `--recipe tv-rn50-v1` scaled to a global batch of 8 (SGD, momentum 0.9, wd 1e-4, lr
 0.1 x 8 / 256, step every 30 epochs, no label smoothing, no augmentation past a random-resized crop
-and a flip), resnet18, 32 px crops, val resize 36 then a 32 px centre crop, one thread each.
+and a flip), resnet18, 224 px crops, val resize 256 then a 224 px centre crop (the fixed sizes of
+torchvision's train.py at pytorch/vision@bde124ee, the commit tv-rn50-v1 cites; the 64 px images are
+upscaled alike in all three), one thread each.
 
 Sources: torchvision's script is not in any installed package; pass `--torchvision-refs DIR` (a
-folder holding its train.py, presets.py, transforms.py, utils.py), or the bench looks in a fetched
-mirror at MIRRORS/pytorch+vision. It has no `--seed`: the bench starts it through `runpy` after
-`torch.manual_seed(seed)` (its DataLoader's shuffle and the model's init follow that seed). timm's
+folder holding its train.py and utils.py, and what a newer train.py imports besides), else the bench
+takes ~/.cache/imagenet-shards-peers/torchvision-refs, else a fetched mirror at
+MIRRORS/pytorch+vision (written into a temp folder; never kept in this repository). That script has
+no `--seed`: the bench starts it through `runpy` after `torch.manual_seed(seed)` (its DataLoader's
+shuffle and the model's init follow that seed), and it builds its model with 1000 outputs whatever
+the data (`num_classes` is not passed at that commit). timm's
 train.py comes from a mirror of huggingface/pytorch-image-models (`--timm-train`), run by the
 Python of the DALI peer environment (`--timm-python`), which has timm and webdataset. A source that
 cannot run is a row with "not run: <reason>", never a figure from elsewhere.
@@ -42,17 +47,30 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.fixtures for the bench data
 MIRRORS = Path("/work/.mirror")
 PEER_PYTHON = Path.home() / ".cache/imagenet-shards-peers/dali/bin/python"
-TV_FILES = ("train.py", "presets.py", "transforms.py", "utils.py")
+TV_REFS = Path.home() / ".cache/imagenet-shards-peers/torchvision-refs"
+TV_FILES = ("train.py", "utils.py")  # what train.py@bde124ee imports; newer ones also take these from a mirror:
+TV_MORE = ("presets.py", "transforms.py", "sampler.py")
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 4, 16, 25
-ARCH, BATCH, RES, VAL_RESIZE = "resnet18", 8, 32, 36
+ARCH, BATCH = "resnet18", 8
+TV_SIZES = (224, 256)  # train.py@bde124ee's fixed crop and val resize
 LR, MOMENTUM, WD, STEP_EPOCHS, GAMMA = 0.1 * BATCH / 256, 0.9, 1e-4, 30, 0.1
 TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Toy:
+    """What the three runs share besides the corpus and the tv-rn50-v1 values above."""
+    epochs: int
+    seed: int
+    res: int
+    val_resize: int
 
 
 def build_corpus(work: Path, seed: int) -> tuple[Path, Path]:
@@ -93,11 +111,11 @@ def _failed(name: str, rc: int, log: Path) -> str:
     return f"not run: {name} exited {rc}: " + " | ".join(tail)[-400:]
 
 
-def run_ours(shards: Path, work: Path, epochs: int, seed: int) -> dict:
+def run_ours(shards: Path, work: Path, toy: Toy) -> dict:
     out = work / "ours"
     cmd = [sys.executable, "-m", "imagenet_shards.train", "--data", str(shards), "--out", str(out),
-           "--recipe", "tv-rn50-v1", "--arch", ARCH, "--batch-size", str(BATCH), "--epochs", str(epochs),
-           "--seed", str(seed), "--res", str(RES), "--val-res", str(VAL_RESIZE), "--val-crop", str(RES),
+           "--recipe", "tv-rn50-v1", "--arch", ARCH, "--batch-size", str(BATCH), "--epochs", str(toy.epochs),
+           "--seed", str(toy.seed), "--res", str(toy.res), "--val-res", str(toy.val_resize), "--val-crop", str(toy.res),
            "--workers", "0", "--device", "cpu", "--amp", "none", "--log-interval", "4"]
     rc, wall = _run(cmd, work / "ours.log")
     row = {"source": "ours (train-imagenet)", "command": _shown(cmd), "wall_s": wall}
@@ -110,8 +128,8 @@ def run_ours(shards: Path, work: Path, epochs: int, seed: int) -> dict:
 
 def find_torchvision_refs(given: str | None) -> tuple[Path | None, str]:
     """The folder of torchvision's classification references, and where it came from (or why not)."""
-    if given:
-        folder = Path(given)
+    if given or TV_REFS.is_dir():
+        folder = Path(given or TV_REFS)
         missing = [f for f in TV_FILES if not (folder / f).is_file()]
         return (None, f"--torchvision-refs {folder} lacks {', '.join(missing)}") if missing else (folder, str(folder))
     git_dir = MIRRORS / "pytorch+vision" / "repo"
@@ -119,25 +137,32 @@ def find_torchvision_refs(given: str | None) -> tuple[Path | None, str]:
         return None, (f"no --torchvision-refs and no fetched mirror at {git_dir} (torchvision's references "
                       "are in no installed package)")
     folder = Path(tempfile.mkdtemp(prefix="tv-refs-"))
-    for name in TV_FILES:  # written from the mirror at run time, never kept in this repository
-        text = subprocess.run(["git", f"--git-dir={git_dir}", "show", f"HEAD:references/classification/{name}"],
-                              check=True, capture_output=True, text=True).stdout
-        (folder / name).write_text(text)
+    for name in TV_FILES + TV_MORE:  # written from the mirror at run time, never kept in this repository
+        shown = subprocess.run(["git", f"--git-dir={git_dir}", "show", f"HEAD:references/classification/{name}"],
+                               capture_output=True, text=True)
+        if shown.returncode == 0:
+            (folder / name).write_text(shown.stdout)
     head = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"], capture_output=True, text=True)
     return folder, f"pytorch/vision@{head.stdout.strip()[:10]}"
 
 
-def run_torchvision(folder: Path, refs: Path | None, why: str, work: Path, epochs: int, seed: int) -> dict:
+def run_torchvision(folder: Path, refs: Path | None, why: str, work: Path, toy: Toy) -> dict:
     row = {"source": "torchvision references/classification/train.py", "refs": why}
     if refs is None:
         return row | {"not_run": f"not run: {why}"}
-    args = ["--data-path", str(folder), "--model", ARCH, "--device", "cpu", "-b", str(BATCH), "--epochs", str(epochs),
-            "-j", "0", "--opt", "sgd", "--lr", repr(LR), "--momentum", str(MOMENTUM), "--wd", str(WD),
-            "--lr-scheduler", "steplr", "--lr-step-size", str(STEP_EPOCHS), "--lr-gamma", str(GAMMA),
-            "--train-crop-size", str(RES), "--val-resize-size", str(VAL_RESIZE), "--val-crop-size", str(RES),
-            "--print-freq", "4", "--output-dir", str(work / "tv")]
-    seeded = (f"import runpy, sys, torch; torch.manual_seed({seed}); sys.path.insert(0, {str(refs)!r}); "
-              f"sys.argv = ['train.py', *sys.argv[1:]]; runpy.run_path({str(refs / 'train.py')!r}, run_name='__main__')")
+    sized = (toy.res, toy.val_resize) != TV_SIZES
+    if sized and "--train-crop-size" not in (refs / "train.py").read_text():
+        return row | {"not_run": f"not run: this train.py fixes a {TV_SIZES[0]} px crop, {TV_SIZES[1]} px val resize"}
+    args = ["--data-path", str(folder), "--model", ARCH, "--device", "cpu", "-b", str(BATCH), "--epochs",
+            str(toy.epochs), "-j", "0", "--lr", repr(LR), "--momentum", str(MOMENTUM), "--wd", str(WD),
+            "--lr-step-size", str(STEP_EPOCHS), "--lr-gamma", str(GAMMA), "--print-freq", "4",
+            "--output-dir", str(work / "tv")]
+    if sized:  # a newer train.py (the check above)
+        args += ["--train-crop-size", str(toy.res), "--val-resize-size", str(toy.val_resize),
+                 "--val-crop-size", str(toy.res)]
+    seeded = (f"import runpy, sys, torch; torch.manual_seed({toy.seed}); sys.path.insert(0, {str(refs)!r}); "
+              "sys.argv = ['train.py', *sys.argv[1:]]; "
+              f"runpy.run_path({str(refs / 'train.py')!r}, run_name='__main__')")
     cmd = [sys.executable, "-c", seeded, *args]
     rc, wall = _run(cmd, work / "tv.log", cwd=refs)
     row |= {"command": _shown(cmd), "wall_s": wall}
@@ -148,7 +173,7 @@ def run_torchvision(folder: Path, refs: Path | None, why: str, work: Path, epoch
     return row | {"val_top1": [round(float(x), 1) for x in top1]}
 
 
-def run_timm(shards: Path, train_py: Path, python: Path, work: Path, epochs: int, seed: int) -> dict:
+def run_timm(shards: Path, train_py: Path, python: Path, work: Path, toy: Toy) -> dict:
     row = {"source": "timm train.py", "train_py": str(train_py)}
     if not train_py.is_file():
         return row | {"not_run": f"not run: no timm train.py at {train_py} (fetch huggingface/pytorch-image-models)"}
@@ -158,11 +183,12 @@ def run_timm(shards: Path, train_py: Path, python: Path, work: Path, epochs: int
         return row | {"not_run": f"not run: {python} cannot import timm and webdataset"}
     cmd = [str(python), str(train_py), "--data-dir", str(shards), "--dataset", "wds/imagenet1k",
            "--train-split", "train", "--val-split", "validation", "--num-classes", str(CLASSES), "--model", ARCH,
-           "--device", "cpu", "--epochs", str(epochs), "-b", str(BATCH), "--opt", "sgd", "--lr", repr(LR),
+           "--device", "cpu", "--epochs", str(toy.epochs), "-b", str(BATCH), "--opt", "sgd", "--lr", repr(LR),
            "--momentum", str(MOMENTUM), "--weight-decay", str(WD), "--sched", "step", "--decay-epochs",
            str(STEP_EPOCHS), "--decay-rate", str(GAMMA), "--warmup-epochs", "0", "--smoothing", "0",
-           "--color-jitter", "0", "--input-size", "3", str(RES), str(RES), "--crop-pct", repr(RES / VAL_RESIZE),
-           "--interpolation", "bilinear", "--train-interpolation", "bilinear", "--seed", str(seed), "-j", "1",
+           "--color-jitter", "0", "--input-size", "3", str(toy.res), str(toy.res),
+           "--crop-pct", repr(toy.res / toy.val_resize),
+           "--interpolation", "bilinear", "--train-interpolation", "bilinear", "--seed", str(toy.seed), "-j", "1",
            "--log-interval", "4", "--checkpoint-hist", "1", "--output", str(work / "timm"), "--experiment", "toy"]
     rc, wall = _run(cmd, work / "timm.log")
     row |= {"timm": probe.stdout.strip(), "command": _shown(cmd), "wall_s": wall}
@@ -193,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", help="work folder (default: a temp folder, deleted at the end)")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--res", type=int, default=TV_SIZES[0], help="train crop (default: torchvision's fixed 224)")
+    p.add_argument("--val-resize", type=int, default=TV_SIZES[1], help="val resize before a --res centre crop")
     p.add_argument("--torchvision-refs", metavar="DIR", help="torchvision's references/classification folder")
     p.add_argument("--timm-train", default=str(MIRRORS / "huggingface+pytorch-image-models" / "train.py"),
                    help="timm's train.py (default: written from the fetched mirror)")
@@ -207,23 +235,25 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="recipe-sources-"))
     work.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
+    toy = Toy(epochs=args.epochs, seed=args.seed, res=args.res, val_resize=args.val_resize)
     try:
         shards, folder = build_corpus(work, args.seed)
         timm_train = _timm_train_py(Path(args.timm_train), work)
         refs, why = find_torchvision_refs(args.torchvision_refs)
         rows = []
         if "ours" not in skip:
-            rows.append(run_ours(shards, work, args.epochs, args.seed))
+            rows.append(run_ours(shards, work, toy))
         if "torchvision" not in skip:
-            rows.append(run_torchvision(folder, refs, why, work, args.epochs, args.seed))
+            rows.append(run_torchvision(folder, refs, why, work, toy))
         if "timm" not in skip:
-            rows.append(run_timm(shards, timm_train, Path(args.timm_python), work, args.epochs, args.seed))
+            rows.append(run_timm(shards, timm_train, Path(args.timm_python), work, toy))
         result = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                   "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
                   "epochs": args.epochs, "seed": args.seed, "rows": rows,
                   "settings": (f"{ARCH}, {CLASSES} classes x {TRAIN_PER_CLASS} train / {VAL_PER_CLASS} val, "
                                f"batch {BATCH}, SGD lr {LR} momentum {MOMENTUM} wd {WD}, step {STEP_EPOCHS}, "
-                               f"{RES} px (val {VAL_RESIZE} -> {RES}), {args.epochs} epochs, seed {args.seed}, "
+                               f"{toy.res} px (val {toy.val_resize} -> {toy.res}), {toy.epochs} epochs, "
+                               f"seed {toy.seed}, "
                                "CPU, 1 thread")}
         print(json.dumps(result, indent=1))
         if args.markdown:
