@@ -19,7 +19,7 @@ upscaled alike in all three), one thread each.
 Sources: torchvision's script is not in any installed package; pass `--torchvision-refs DIR` (a
 folder holding its train.py and utils.py, and what a newer train.py imports besides), else the bench
 takes ~/.cache/imagenet-shards-peers/torchvision-refs, else a fetched mirror at
-MIRRORS/pytorch+vision (written into a temp folder; never kept in this repository). That script has
+MIRRORS/pytorch+vision (written into the work folder; never kept in this repository). That script has
 no `--seed`: the bench starts it through `runpy` after `torch.manual_seed(seed)` (its DataLoader's
 shuffle and the model's init follow that seed), and it builds its model with 1000 outputs whatever
 the data (`num_classes` is not passed at that commit). timm's
@@ -126,7 +126,7 @@ def run_ours(shards: Path, work: Path, toy: Toy) -> dict:
     return row | {"val_top1": [round(100 * r["val_top1"], 1) for r in epochs_seen]}
 
 
-def find_torchvision_refs(given: str | None) -> tuple[Path | None, str]:
+def find_torchvision_refs(given: str | None, work: Path) -> tuple[Path | None, str]:
     """The folder of torchvision's classification references, and where it came from (or why not)."""
     if given or TV_REFS.is_dir():
         folder = Path(given or TV_REFS)
@@ -136,7 +136,8 @@ def find_torchvision_refs(given: str | None) -> tuple[Path | None, str]:
     if not git_dir.is_dir():
         return None, (f"no --torchvision-refs and no fetched mirror at {git_dir} (torchvision's references "
                       "are in no installed package)")
-    folder = Path(tempfile.mkdtemp(prefix="tv-refs-"))
+    folder = work / "tv-refs"
+    folder.mkdir(exist_ok=True)
     for name in TV_FILES + TV_MORE:  # written from the mirror at run time, never kept in this repository
         shown = subprocess.run(["git", f"--git-dir={git_dir}", "show", f"HEAD:references/classification/{name}"],
                                capture_output=True, text=True)
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shards, folder = build_corpus(work, args.seed)
         timm_train = _timm_train_py(Path(args.timm_train), work)
-        refs, why = find_torchvision_refs(args.torchvision_refs)
+        refs, why = find_torchvision_refs(args.torchvision_refs, work)
         rows = []
         if "ours" not in skip:
             rows.append(run_ours(shards, work, toy))

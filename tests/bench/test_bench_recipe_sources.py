@@ -26,7 +26,7 @@ def test_markdown_has_one_column_per_epoch_and_the_reason_where_a_script_did_not
 
 def test_a_torchvision_folder_without_the_scripts_is_named_with_what_it_lacks(tmp_path):
     (tmp_path / "utils.py").write_text("")
-    refs, why = runpy.run_path(str(SCRIPT))["find_torchvision_refs"](str(tmp_path))
+    refs, why = runpy.run_path(str(SCRIPT))["find_torchvision_refs"](str(tmp_path), tmp_path)
     assert refs is None and why == f"--torchvision-refs {tmp_path} lacks train.py"
 
 
