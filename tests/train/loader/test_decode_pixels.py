@@ -123,6 +123,8 @@ def test_a_loader_over_pixel_shards_matches_the_same_crops_of_the_jpeg_set(tmp_p
     """The loader picks the form from the manifest; the GPU path refuses pixel shards in one line."""
     kw = dict(train=12, val=5, shard_samples=4, size=[(64, 48), (40, 56)], content="photo")
     jpeg_set, pixel_set = write_shard_set(tmp_path / "jpeg", **kw), write_pixel_set(tmp_path / "pix", **kw)
+    assert make_loader(str(pixel_set), "val", 4).dataset.cfg.form == "yuv420"
+    assert make_loader(str(jpeg_set), "val", 4).dataset.cfg.form == "jpeg"
     for split in ("train", "val"):
         a = [b for b in make_loader(str(pixel_set), split, 4, workers=0, res=32, val_resize=40, val_crop=32)]
         j = [b for b in make_loader(str(jpeg_set), split, 4, workers=0, res=32, val_resize=40, val_crop=32, decoder="pil")]
@@ -134,3 +136,25 @@ def test_a_loader_over_pixel_shards_matches_the_same_crops_of_the_jpeg_set(tmp_p
     with pytest.raises(ValueError, match="JPEG shards only"):
         make_gpu_decode_loader(str(pixel_set), "train", 4, device="cpu")
 
+
+
+def test_a_mid_epoch_resume_on_pixel_shards_is_exact(tmp_path):
+    """Cut after 3 batches, resumed from position() and plan_state(): the rest equals the uninterrupted
+    epoch (the trainer-level run with SIGTERM: test_preemption's pixel test, slow)."""
+    data = str(write_pixel_set(tmp_path / "pix", train=24, shard_samples=7, size=[(40, 30), (30, 44)],
+                               content="photo"))
+
+    def loader():
+        return make_loader(data, "train", 4, workers=0, res=16, seed=3, epoch=1, shuffle_buffer=8)
+
+    straight = [(x.clone(), y.clone()) for x, y in loader()]
+    first, head = loader(), []
+    for x, y in first:
+        head.append((x.clone(), y.clone()))
+        if len(head) == 3:
+            break
+    again = loader()
+    again.resume(first.plan_state(), [first.position(3)])
+    rest = [(x.clone(), y.clone()) for x, y in again]
+    assert len(straight) == 6 and len(head) + len(rest) == 6
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(straight, head + rest))
