@@ -7,7 +7,8 @@
  * straight into the slot's R, G, B rows. Vertical first (the turbo path goes horizontal first,
  * Pillow's order) so that the horizontal pass runs on output rows only. Measured on 400 x 300
  * planes, one core: a one-plane horizontal pass per output pixel (SSE4.1, eight taps per pmaddwd
- * and a horizontal add) cost ~240 us per 160 px crop, this ~100 us (2 shared vCPUs). The weights are the turbo path's
+ * and a horizontal add) cost ~240 us per 160 px crop, this ~66 us (2 shared vCPUs; ~95 us before the
+ * transposes and the colour loops were vectorised). The weights are the turbo path's
  * (axis_plan) and the sums integers throughout: the same bytes on every machine, and the numpy
  * fallback (train/loader/decode_pixels.py) computes the same integers.
  */
@@ -19,8 +20,11 @@
 #include "jpegcrop_resample.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#include <immintrin.h>
+#define X86_SIMD 1
 #define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
+#define X86_SIMD 0
 #define VECTOR_CLONES
 #endif
 
@@ -34,33 +38,74 @@ static inline uint8_t clip255(int v) {
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* JFIF's inverse of one row of Y, Cb, Cr into the R, G, B rows (`plane` bytes apart), mirrored when `flip`. */
+/* JFIF's inverse of one row of Y, Cb, Cr into the R, G, B rows (`plane` bytes apart), mirrored when
+ * `flip`: one loop per direction, so that the compiler vectorises both (a conditional index did not). */
+#define YUV_ROW(FLIP)                                                                 \
+    for (int j = 0; j < w; j++) {                                                     \
+        int o = (FLIP) ? w - 1 - j : j, yy = y[j], u = cb[j] - 128, v = cr[j] - 128; \
+        r[o] = clip255(yy + ((CR_R * v + 32768) >> 16));                              \
+        g[o] = clip255(yy + ((-CB_G * u - CR_G * v + 32768) >> 16));                  \
+        b[o] = clip255(yy + ((CB_B * u + 32768) >> 16));                              \
+    }
+
 VECTOR_CLONES
 static void yuv_row(const uint8_t *restrict y, const uint8_t *restrict cb, const uint8_t *restrict cr, int w,
                     uint8_t *restrict dst, size_t plane, int flip) {
-    uint8_t *r = dst, *g = dst + plane, *b = dst + 2 * plane;
-    for (int j = 0; j < w; j++) {
-        int o = flip ? w - 1 - j : j, yy = y[j], u = cb[j] - 128, v = cr[j] - 128;
-        r[o] = clip255(yy + ((CR_R * v + 32768) >> 16));
-        g[o] = clip255(yy + ((-CB_G * u - CR_G * v + 32768) >> 16));
-        b[o] = clip255(yy + ((CB_B * u + 32768) >> 16));
-    }
+    uint8_t *restrict r = dst, *restrict g = dst + plane, *restrict b = dst + 2 * plane;
+    if (flip)
+        YUV_ROW(1)
+    else
+        YUV_ROW(0)
 }
 
-/* Four lines of n bytes (`stride` apart) -> one row of 4-byte pixels, and back (n pixels). */
-VECTOR_CLONES
+/* Four lines of n bytes (`stride` apart) -> one row of 4-byte pixels, and back (n pixels): 4 x 4
+ * byte transposes (one pshufb each) where SSSE3 is there. */
+#if X86_SIMD
+__attribute__((target("ssse3"))) static void interleave4(const uint8_t *restrict lines, size_t stride, int n,
+                                                         uint8_t *restrict out) {
+    const __m128i t = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        int32_t a, b, c, d;
+        memcpy(&a, lines + j, 4);
+        memcpy(&b, lines + stride + j, 4);
+        memcpy(&c, lines + 2 * stride + j, 4);
+        memcpy(&d, lines + 3 * stride + j, 4);
+        _mm_storeu_si128((__m128i *)(out + 4 * j), _mm_shuffle_epi8(_mm_setr_epi32(a, b, c, d), t));
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < 4; r++)
+            out[4 * j + r] = lines[r * stride + j];
+}
+
+__attribute__((target("ssse3"))) static void split4(const uint8_t *restrict quad, int n, uint8_t *restrict rows) {
+    const __m128i t = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m128i v = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(quad + 4 * j)), t);
+        for (int r = 0; r < 4; r++) {
+            int32_t x = _mm_cvtsi128_si32(_mm_srli_si128(v, 0));
+            memcpy(rows + (size_t)r * n + j, &x, 4);
+            v = _mm_srli_si128(v, 4);
+        }
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < 4; r++)
+            rows[(size_t)r * n + j] = quad[4 * j + r];
+}
+#else
 static void interleave4(const uint8_t *restrict lines, size_t stride, int n, uint8_t *restrict out) {
     for (int j = 0; j < n; j++)
         for (int r = 0; r < 4; r++)
             out[4 * j + r] = lines[r * stride + j];
 }
 
-VECTOR_CLONES
 static void split4(const uint8_t *restrict quad, int n, uint8_t *restrict rows) {
     for (int j = 0; j < n; j++)
         for (int r = 0; r < 4; r++)
             rows[(size_t)r * n + j] = quad[4 * j + r];
 }
+#endif
 
 struct plane_plan {
     const uint8_t *src;
