@@ -107,7 +107,8 @@ def markdown(loader: dict, summ: dict) -> list[str]:
                      + f" | {first.get('note') or ''} |")
     lines.append("")
     for key, value in summ.items():
-        lines.append(f"- {key}: " + (json.dumps(value) if isinstance(value, dict) else fmt(value, ".2f")))
+        shown = ", ".join(f"{k} {fmt(v, '.2f')}" for k, v in value.items()) if isinstance(value, dict) else fmt(value, ".2f")
+        lines.append(f"- {key}{' px' if isinstance(key, int) else ''}: {shown}")
     return lines
 
 
