@@ -1,4 +1,4 @@
-"""Reading stages of the loader: planned pieces of shards -> records of raw bytes (.jpg and .cls).
+"""Reading stages of the loader: planned pieces of shards -> records of raw bytes (image, .cls, .json).
 
 Plain generators: ``read_pieces`` yields the records of a worker's pieces in order, for the
 shuffle and batching stages (``batching``) to consume. The tar is read by the project's one tar
@@ -79,7 +79,7 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
                exclude: frozenset = frozenset(), skip: Callable[[int], bool] | None = None,
                digest: tuple[str, str] | None = None, bad_shards: str = "stop",
                check_streamed: bool = True) -> Iterator[Record]:
-    """Samples ``[start, stop)`` of one shard, as records of raw bytes (.jpg and .cls only).
+    """Samples ``[start, stop)`` of one shard, as records of raw bytes (the image, .cls and .json only).
 
     Streams the tar (works for non-seekable URLs); samples before ``start`` and other members are
     passed over (by seek where the file can), not read into memory. Samples whose key is in
