@@ -1,133 +1,136 @@
-"""Does a lossless codec over the pixel form's planes pay, and does derive keep up with prepare?
+"""The pixel form per core against FFCV's rn18 and rn50 writes and our JPEG form, in one run (issue 32).
 
-    .venv/bin/python bench/bench_pixels.py [--images 200] [--max-side 400] [--work DIR]
+    python bench/bench_pixels.py WORK [--peers DIR] [--rounds 3] [--batches 30] [--json]
 
-On an ImageNet-like synthetic set (`make-synthetic-imagenet --imagenet-like`: ImageNet's bytes per
-pixel and size spread; N and 3N train images, no quirks), one worker each, in this process:
-1. prepare-shards (archives -> JPEG shards) and prepare-shards derive (JPEG shards -> yuv420 at
-   --max-side): CPU seconds for N and for 3N images, and the marginal rate (2N / the difference), so
-   the start-up (index, plan, manifest) does not count;
-2. over the derived payloads: bytes saved and decode cost of zlib level 1 (stdlib) against taking the
-   raw planes as they are (a copy into a numpy array, what a loader does with the bytes at least).
-   zstandard/lz4 are tried only if installed (they are not dependencies).
-Not a test: numbers depend on the machine and its load (printed: `uptime`); run it on a quiet one.
-Note the content: synthetic photos, not ImageNet's, so the compression ratio is indicative only.
+1. **data** (reused while present): bench/benchmarks.py's ``make_data`` with 100 train images per
+   class (1,000 ImageNet-like images, prepare-shards' defaults: ~100 KB per JPEG sample), then the
+   pixel form of the same shards at max side 400 (FFCV rn18's) in WORK/pixels-400;
+2. ``bench-loader --compare``'s ``compare`` at 224, 192 and 160 px, RandomResizedCrop + flip to
+   uint8, this process pinned to one core (its worker inherits it), batch 64: our loader over the
+   JPEG shards (the reference), over the pixel shards, and FFCV written with ffcv-imagenet's rn18
+   and rn50 settings (peers.FFCV_WRITES), images per CPU-second and bytes per image;
+3. the issue's ratios, and docs/recipes.md's "loader cores per H200" for ``ffcv-rn18-16`` (2 x the
+   published A100 rate, times CPU seconds per image over its schedule, 12 epochs at 160 px and 4 at
+   192) for each form.
+The pixel shards come from ``prepare-shards derive`` at max side 400 (``derive`` below).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
-import shutil
-import tempfile
-import time
-import zlib
+import sys
 from pathlib import Path
 
-import numpy as np
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-from imagenet_shards.pipeline.format.tar import iter_tar
-from imagenet_shards.pipeline.prepare.derive import derive
-from imagenet_shards.pipeline.prepare.run import Config, prepare
-from imagenet_shards.pipeline.tools.synthetic.generate import generate
+import benchmarks  # noqa: E402  (bench/, this folder)
 
+from imagenet_shards.train.bench.compare import compare  # noqa: E402
+from imagenet_shards.train.bench.report import machine_info  # noqa: E402
 
-def cpu_of(fn) -> float:
-    """CPU seconds (this process and its children) that fn() took."""
-    t = os.times()
-    fn()
-    u = os.times()
-    return (u.user - t.user) + (u.system - t.system) + (u.children_user - t.children_user) \
-        + (u.children_system - t.children_system)
-
-
-def rates(work: Path, n: int, max_side: int) -> dict:
-    """CPU s of prepare and derive for n images (one class of n train images, one val image)."""
-    src, jpeg, pix = work / f"src-{n}", work / f"jpeg-{n}", work / f"pix-{n}"
-    generate(src, classes=1, train_per_class=n, val_per_class=1, seed=1, quirks=False, progress=False,
-             imagenet_like=True)
-    t_prep = cpu_of(lambda: prepare(out=str(jpeg), train=str(src / "ILSVRC2012_img_train.tar"),
-                                    val=str(src / "ILSVRC2012_img_val.tar"),
-                                    devkit=str(src / "ILSVRC2012_devkit_t12.tar.gz"),
-                                    config=Config(shard_samples=100), workers=1, progress=False))
-    t_der = cpu_of(lambda: derive(str(jpeg), out=str(pix), max_side=max_side, workers=1, progress=False))
-    m = json.loads((pix / "manifest.json").read_text())
-    images = m["totals"]["samples"]
-    jm = json.loads((jpeg / "manifest.json").read_text())
-    return {"images": images, "prepare_cpu_s": t_prep, "derive_cpu_s": t_der,
-            "jpeg_bytes": jm["totals"]["bytes"], "pixel_bytes": m["totals"]["bytes"], "pix": pix}
+RESOLUTIONS = (224, 192, 160)
+MAX_SIDE = 400
+PIXEL_ROW = f"imagenet-shards (yuv420, {MAX_SIDE} px)"
+JPEG_ROW = "imagenet-shards (turbo)"
+FFCV = {"rn18": "FFCV, rn18 write (10 % JPEG, 400 px)", "rn50": "FFCV, rn50 write (50 % JPEG, 500 px)"}
+# docs/recipes.md: ffcv-rn18-16 on one A100 in 35.0 min, an H200 assumed 2x; 12 epochs at 160 px, 4 at 192
+H200_RN18 = 2 * 16 * 1_281_167 / (35.0 * 60)
+RN18_SCHEDULE = ((160, 12), (192, 4))
 
 
-def payloads(pix: Path) -> list[bytes]:
-    out = []
-    for tar in sorted(pix.rglob("*.tar")):
-        with open(tar, "rb") as f:
-            out += [m.data for m in iter_tar(f) if m.ext == "yuv420"]
+def derive(shards: Path, out: Path) -> Path:
+    """The pixel form of ``shards`` at ``MAX_SIDE`` in ``out`` (prepare-shards derive; resumes or
+    skips a job already done there)."""
+    from imagenet_shards.pipeline.prepare.derive import derive as derive_job
+
+    derive_job(str(shards), out=str(out), max_side=MAX_SIDE, workers=1, progress=False)
     return out
 
 
-def codec_figures(data: list[bytes]) -> dict:
-    """Bytes and decode µs per image: raw (copy into numpy), zlib level 1, and zstd/lz4 if installed."""
-    def per_image_us(fn, items) -> float:
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            for x in items:
-                fn(x)
-            best = min(best, time.perf_counter() - t)
-        return best / len(items) * 1e6
-
-    raw = sum(map(len, data))
-    out = {"raw": {"bytes_per_image": raw / len(data),
-                   "decode_us": per_image_us(lambda b: np.frombuffer(b, np.uint8).copy(), data)}}
-    z = [zlib.compress(b, 1) for b in data]
-    out["zlib1"] = {"bytes_per_image": sum(map(len, z)) / len(z), "decode_us": per_image_us(zlib.decompress, z),
-                    "encode_us": per_image_us(lambda b: zlib.compress(b, 1), data)}
+def tables(work: Path, *, peers, rounds: int, batches: int, say) -> dict:
+    shards = benchmarks.make_data(work, classes=10, per_class=100, seed=1, say=say)
+    pixels = derive(shards, work / f"pixels-{MAX_SIDE}")
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[0]})
     try:
-        import zstandard
-        c, d = zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()
-        zs = [c.compress(b) for b in data]
-        out["zstd1"] = {"bytes_per_image": sum(map(len, zs)) / len(zs), "decode_us": per_image_us(d.decompress, zs)}
-    except ImportError:
-        out["zstd1"] = "not installed"
-    try:
-        import lz4.frame
-        lz = [lz4.frame.compress(b) for b in data]
-        out["lz4"] = {"bytes_per_image": sum(map(len, lz)) / len(lz),
-                      "decode_us": per_image_us(lz4.frame.decompress, lz)}
-    except ImportError:
-        out["lz4"] = "not installed"
-    return out
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=200, help="N: the small run's train images (the large: 3N)")
-    p.add_argument("--max-side", type=int, default=400)
-    p.add_argument("--work", help="scratch folder (default: a temp folder, removed at the end)")
-    args = p.parse_args()
-    work = Path(args.work or tempfile.mkdtemp(prefix="bench-pixels-"))
-    try:
-        print("load before:", os.getloadavg())
-        small, large = rates(work, args.images, args.max_side), rates(work, 3 * args.images, args.max_side)
-        di = large["images"] - small["images"]
-        res = {
-            "images": [small["images"], large["images"]],
-            "prepare_img_per_cpu_s_marginal": di / (large["prepare_cpu_s"] - small["prepare_cpu_s"]),
-            "derive_img_per_cpu_s_marginal": di / (large["derive_cpu_s"] - small["derive_cpu_s"]),
-            "prepare_img_per_cpu_s_3N": large["images"] / large["prepare_cpu_s"],
-            "derive_img_per_cpu_s_3N": large["images"] / large["derive_cpu_s"],
-            "bytes_per_image": {"jpeg": large["jpeg_bytes"] / large["images"],
-                                "yuv420": large["pixel_bytes"] / large["images"]},
-            "codec": codec_figures(payloads(large["pix"])),
-            "load_after": os.getloadavg(),
-        }
-        print(json.dumps(res, indent=1, default=str))
+        return {res: compare(str(shards), res=res, work=str(work / "compare"), workers=1, batches=batches,
+                             batch_size=64, rounds=rounds, peers=peers, progress=say, also_decoders=(),
+                             forms={f"yuv420, {MAX_SIDE} px": str(pixels)}, only=(JPEG_ROW, *FFCV.values()))
+                for res in RESOLUTIONS}
     finally:
-        if not args.work:
-            shutil.rmtree(work, ignore_errors=True)
+        os.sched_setaffinity(0, set(allowed))
+
+
+def _rate(rows: list[dict], name: str) -> float | None:
+    return next((r["images_per_cpu_s"] for r in rows if r["name"] == name), None)
+
+
+def summary(loader: dict) -> dict:
+    """The issue's ratios per resolution, bytes per image, and loader cores per H200 for ffcv-rn18-16."""
+    out = {}
+    for res, rows in loader.items():
+        pix, jpeg, rn18 = (_rate(rows, n) for n in (PIXEL_ROW, JPEG_ROW, FFCV["rn18"]))
+        out[res] = {"pixel_vs_ffcv_rn18": pix / rn18 if pix and rn18 else None,
+                    "pixel_vs_our_jpeg": pix / jpeg if pix and jpeg else None}
+    size = {r["name"]: r.get("bytes_per_image") for r in loader[RESOLUTIONS[0]]}
+    out["bytes_pixel_vs_ffcv_rn18"] = (size[PIXEL_ROW] / size[FFCV["rn18"]]
+                                      if size.get(PIXEL_ROW) and size.get(FFCV["rn18"]) else None)
+    for name in (JPEG_ROW, PIXEL_ROW):
+        rates = [(_rate(loader[res], name), n) for res, n in RN18_SCHEDULE]
+        seconds = sum(n / r for r, n in rates) / sum(n for _, n in rates) if all(r for r, _ in rates) else None
+        out[f"loader cores per H200, ffcv-rn18-16, {name}"] = H200_RN18 * seconds if seconds else None
+    return out
+
+
+def markdown(loader: dict, summ: dict) -> list[str]:
+    names = [r["name"] for r in loader[RESOLUTIONS[0]]]
+    head = "| row | KB per image | " + " | ".join(f"{res} px img/CPU-s | pixel ÷" for res in RESOLUTIONS) + " | note |"
+    lines = [head, "|---|---:|" + "---:|---:|" * len(RESOLUTIONS) + "---|"]
+    fmt = lambda v, f: "·" if v is None else format(v, f)  # noqa: E731
+    for name in names:
+        rows = {res: next(r for r in loader[res] if r["name"] == name) for res in RESOLUTIONS}
+        first = rows[RESOLUTIONS[0]]
+        cells = []
+        for res in RESOLUTIONS:
+            rate, pix = rows[res]["images_per_cpu_s"], _rate(loader[res], PIXEL_ROW)
+            cells += [fmt(rate, ",.0f"), fmt(pix / rate if pix and rate else None, ".2f")]
+        size = first.get("bytes_per_image")
+        lines.append(f"| {name} | {fmt(size / 1000 if size else None, '.0f')} | " + " | ".join(cells)
+                     + f" | {first.get('note') or ''} |")
+    lines.append("")
+    for key, value in summ.items():
+        shown = ", ".join(f"{k} {fmt(v, '.2f')}" for k, v in value.items()) if isinstance(value, dict) else fmt(value, ".2f")
+        lines.append(f"- {key}{' px' if isinstance(key, int) else ''}: {shown}")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("work", type=Path)
+    ap.add_argument("--peers", default=None, help="the folder shared/peers/setup.sh prints (FFCV's environment)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=30)
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    say = lambda m: print(f"[bench-pixels] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    start, load0 = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
+    loader = tables(args.work, peers=args.peers, rounds=args.rounds, batches=args.batches, say=say)
+    summ = summary(loader)
+    if args.json:
+        print(json.dumps({"loader": loader, "summary": summ}, indent=1, default=str))
+        return 0
+    end, load1 = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
+    print(f"**This run**: {start:%Y-%m-%d %H:%M}–{end:%H:%M} UTC with `python bench/bench_pixels.py {' '.join(map(str, argv or sys.argv[1:]))}`; "
+          f"machine: {json.dumps(machine_info())}; load average {load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} at the "
+          f"start, {load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end.\n")
+    print("\n".join(markdown(loader, summ)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

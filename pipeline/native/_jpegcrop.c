@@ -12,6 +12,8 @@
  *   - header: image size and components from the JPEG header.
  *   - entropy_path / entropy_counts: which entropy decoder the calls use by default (libjpeg's, or
  *     the own one for our restart-marker files: jpegcrop_entropy.c) and how often each ran.
+ *   - yuv_crop_into: the pixel form's crop box (YUV 4:2:0 planes, pipeline/format/pixels.py) -> the
+ *     uint8 CHW slot, colour conversion fused into the resampler, in one call (jpegcrop_pixels.c).
  *   - to_planes / arrow_to_planes: a resized HWC(X) image (numpy, or Pillow's memory through its
  *     Arrow export) into its CHW slot, flipped when asked (the Pillow path).
  * libjpeg-turbo 2.1's M/8 IDCTs other than 1/2, 1/4, 1/8 are plain C: measured slower than a
@@ -32,6 +34,7 @@
 
 #include "jpegcrop_entropy.h"
 #include "jpegcrop_entry.h"
+#include "jpegcrop_pixels.h"
 #include "jpegcrop_region.h"
 #include "jpegcrop_resample.h"
 
@@ -222,6 +225,57 @@ static PyObject *crop_into(PyObject *self, PyObject *args, PyObject *kwargs) {
     return status_result(status, message);
 }
 
+PyDoc_STRVAR(yuv_crop_into_doc,
+"yuv_crop_into(payload, width, height, out, top, left, box_height, box_width, flip=False, filter=\"bilinear\")\n\n"
+"The crop box (pixels of the width x height image, floats) of a KEY.yuv420 payload resampled to\n"
+"the size of `out` (a writable C-contiguous uint8 buffer of shape (3, H, W)) as RGB CHW planes,\n"
+"mirrored left-right when `flip`, with `filter` (\"bilinear\" or \"bicubic\", as crop_into) (jpegcrop_pixels.h).\n"
+"ValueError when the payload is not the size\n"
+"width x height implies, or the box is not finite and positive.");
+
+static PyObject *yuv_crop_into(PyObject *self, PyObject *args) {
+    Py_buffer buf, out;
+    PyObject *target;
+    int width, height, flip = 0, status = 0;
+    double top, left, box_h, box_w;
+    const char *filter_name = "bilinear";
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiOdddd|ps:yuv_crop_into", &buf, &width, &height, &target, &top, &left, &box_h,
+                          &box_w, &flip, &filter_name))
+        return NULL;
+    if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    Py_ssize_t cw = (width + 1) / 2, ch = (height + 1) / 2;
+    const char *bad = NULL;
+    if (out.ndim != 3 || out.shape[0] != 3 || out.shape[1] < 1 || out.shape[2] < 1 || out.itemsize != 1
+        || (out.format != NULL && strcmp(out.format, "B") != 0))
+        bad = "out must be a C-contiguous uint8 buffer of shape (3, H, W)";
+    else if (width < 1 || height < 1 || buf.len != (Py_ssize_t)width * height + 2 * cw * ch)
+        bad = "the payload is not the size of a width x height yuv420 image";
+    else if (!(box_h > 0 && box_w > 0 && isfinite(top) && isfinite(left) && isfinite(box_h) && isfinite(box_w)))
+        bad = "the crop box must be finite with a positive height and width";
+    else if (strcmp(filter_name, "bilinear") != 0 && strcmp(filter_name, "bicubic") != 0)
+        bad = "filter must be \"bilinear\" or \"bicubic\"";
+    int filter = strcmp(filter_name, "bicubic") == 0 ? RESAMPLE_BICUBIC : RESAMPLE_BILINEAR;
+    if (bad == NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        status = yuv_crop_to_planes(buf.buf, width, height, top, left, box_h, box_w, out.buf, (int)out.shape[1],
+                                    (int)out.shape[2], flip, filter);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&buf);
+    if (bad != NULL) {
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    if (status != 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(to_planes_doc,
 "to_planes(src, dst, height, width, channels, flip)\n\n"
 "Write the C-contiguous HWC uint8 pixels `src` (height x width x channels, channels 3 or 4; a\n"
@@ -365,6 +419,7 @@ static PyMethodDef methods[] = {
     {"entropy_counts", entropy_counts, METH_NOARGS, entropy_counts_doc},
     {"arrow_to_planes", arrow_to_planes, METH_VARARGS, arrow_to_planes_doc},
     {"to_planes", to_planes, METH_VARARGS, to_planes_doc},
+    {"yuv_crop_into", yuv_crop_into, METH_VARARGS, yuv_crop_into_doc},
     {"header", header, METH_VARARGS, header_doc},
     {"crop_into", (PyCFunction)(void (*)(void))crop_into, METH_VARARGS | METH_KEYWORDS, crop_into_doc},
     {"decode_region", (PyCFunction)(void (*)(void))decode_region, METH_VARARGS | METH_KEYWORDS,

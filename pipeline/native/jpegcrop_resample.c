@@ -305,10 +305,10 @@ void split_planes(const unsigned char *src, unsigned char *dst, ptrdiff_t h, ptr
     split_rows(src, dst, h, w, (size_t)h * w, channels, flip);
 }
 
-void resample_planes(const uint8_t *src, size_t stride, int x0, int y0, const struct axis *h,
-                     const struct axis *v, uint8_t *scratch, uint8_t *dst, int flip) {
-    hrow_fn hrow = hrow_plain;
-    vrow_fn vrow = vrow_plain;
+/* The row loops this CPU runs (AVX2, SSE4.1 or portable: the same integer arithmetic). */
+static void pick_rows(hrow_fn *hrow, vrow_fn *vrow) {
+    *hrow = hrow_plain;
+    *vrow = vrow_plain;
 #if X86_SIMD
     static int sse41 = -1, avx2 = -1;
     if (sse41 < 0) {
@@ -316,9 +316,16 @@ void resample_planes(const uint8_t *src, size_t stride, int x0, int y0, const st
         avx2 = __builtin_cpu_supports("avx2");
         sse41 = __builtin_cpu_supports("sse4.1");
     }
-    hrow = avx2 ? hrow_avx2 : sse41 ? hrow_sse41 : hrow;
-    vrow = avx2 ? vrow_avx2 : vrow;
+    *hrow = avx2 ? hrow_avx2 : sse41 ? hrow_sse41 : *hrow;
+    *vrow = avx2 ? vrow_avx2 : *vrow;
 #endif
+}
+
+void resample_planes(const uint8_t *src, size_t stride, int x0, int y0, const struct axis *h,
+                     const struct axis *v, uint8_t *scratch, uint8_t *dst, int flip) {
+    hrow_fn hrow;
+    vrow_fn vrow;
+    pick_rows(&hrow, &vrow);
     int lo = axis_low(v), rows = axis_high(v) - lo;
     size_t row_bytes = (size_t)h->out * 4, plane = (size_t)v->out * h->out;
     uint8_t *tmp = scratch, *line = tmp + (size_t)rows * row_bytes;
@@ -329,4 +336,18 @@ void resample_planes(const uint8_t *src, size_t stride, int x0, int y0, const st
              line, row_bytes);
         split_rows(line, dst + (size_t)i * h->out, 1, h->out, plane, 4, flip);
     }
+}
+
+void resample_column(const uint8_t *rows, size_t row_bytes, int n, const int16_t *k, uint8_t *out, size_t width) {
+    hrow_fn hrow;
+    vrow_fn vrow;
+    pick_rows(&hrow, &vrow);
+    vrow(rows, row_bytes, n, k, out, width);
+}
+
+void resample_row4(const uint8_t *row, int x0, const struct axis *h, uint8_t *out) {
+    hrow_fn hrow;
+    vrow_fn vrow;
+    pick_rows(&hrow, &vrow);
+    hrow(row, x0, h, out);
 }

@@ -55,6 +55,15 @@ size_t resample_scratch(const struct axis *h, const struct axis *v);
 void resample_planes(const uint8_t *src, size_t stride, int x0, int y0, const struct axis *h,
                      const struct axis *v, uint8_t *scratch, uint8_t *dst, int flip);
 
+/* One output row of the vertical pass over any bytes (one plane, or RGBX): out[j] = the sum of the
+ * `n` rows' byte j (`row_bytes` apart) times the weights k, rounded to 8 bits (the pixel form's
+ * kernel, jpegcrop_pixels.c, runs it per plane). */
+void resample_column(const uint8_t *rows, size_t row_bytes, int n, const int16_t *k, uint8_t *out, size_t width);
+
+/* One row of 4-byte pixels (RGBX, or four planes' lines interleaved) horizontally: resample_planes'
+ * first pass, on its own. `row` starts at column x0 and is readable 64 bytes past its end. */
+void resample_row4(const uint8_t *row, int x0, const struct axis *h, uint8_t *out);
+
 /* HWC(X) -> CHW planes, flipped when asked (to_planes, arrow_to_planes, resample_planes). */
 void split_planes(const unsigned char *src, unsigned char *dst, ptrdiff_t h, ptrdiff_t w, int channels, int flip);
 

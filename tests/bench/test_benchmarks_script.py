@@ -1,5 +1,6 @@
 """bench/benchmarks.py (every per-core table of docs/benchmarks.md in one run): its whole-job sums and
-its markdown from given figures, and (slow) the script end to end on a tiny set."""
+its markdown from given figures, and (slow) the script end to end on a tiny set; bench/bench_pixels.py's
+sums from given figures."""
 
 from __future__ import annotations
 
@@ -12,13 +13,22 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "benchmarks.py"
 
 
-@pytest.fixture(scope="module")
-def script():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("benchmarks", SCRIPT)
+def _load(path: Path):
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def script():
+    return _load(SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def pixels_script():
+    return _load(SCRIPT.with_name("bench_pixels.py"))
 
 
 def _row(name, cpu):
@@ -53,3 +63,22 @@ def test_the_script_runs_end_to_end_on_a_tiny_set(script, tmp_path, capsys):
     for heading in ("Loader per core", "Where our loader's time goes", "prepare-shards vs FFCV", "The whole job"):
         assert f"#### {heading}" in out
     assert "python bench/benchmarks.py " + " ".join(args) in out and "not run: peers not found" in out
+
+
+def test_bench_pixels_ratios_bytes_and_loader_cores(pixels_script):
+    """bench/bench_pixels.py (issue 32's table): ratios by images per CPU-second; cores = 19,523 img/s x mean CPU s per image over 12 epochs at
+    160 px and 4 at 192 (docs/recipes.md); a row that did not run gives None, not a figure."""
+    def rows(jpeg, pixel, rn18):
+        return [{"name": pixels_script.JPEG_ROW, "images_per_cpu_s": jpeg, "bytes_per_image": 1e5, "note": ""},
+                {"name": pixels_script.PIXEL_ROW, "images_per_cpu_s": pixel, "bytes_per_image": 1.6e5, "note": ""},
+                {"name": pixels_script.FFCV["rn18"], "images_per_cpu_s": rn18, "bytes_per_image": 3.2e5, "note": ""}]
+
+    loader = {224: rows(1000, 2000, 1000), 192: rows(1000, 2000, 1600), 160: rows(1000, 4000, None)}
+    s = pixels_script.summary(loader)
+    assert s[224] == {"pixel_vs_ffcv_rn18": 2.0, "pixel_vs_our_jpeg": 2.0}
+    assert s[192]["pixel_vs_ffcv_rn18"] == 1.25 and s[160]["pixel_vs_ffcv_rn18"] is None
+    assert s["bytes_pixel_vs_ffcv_rn18"] == 0.5
+    cores = s[f"loader cores per H200, ffcv-rn18-16, {pixels_script.PIXEL_ROW}"]
+    assert pixels_script.H200_RN18 == pytest.approx(19_523, abs=1)
+    assert cores == pytest.approx(pixels_script.H200_RN18 * (12 / 4000 + 4 / 2000) / 16)
+    assert "| 160 px img/CPU-s | pixel ÷ |" in "\n".join(pixels_script.markdown(loader, s))

@@ -56,7 +56,8 @@ def _mean_bytes(shards, folder: Path) -> tuple[float, float]:
 def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int = 64, decoder: str = "auto",
             res: int = 224, warmup: int = 5, rounds: int = 3, also_decoders: Iterable[str] | None = None,
             peers: str | None = None, seed: int = 0, progress: Callable[[str], None] | None = None,
-            split: str = "train", work: str | None = None, only: Iterable[str] | None = None) -> list[dict]:
+            split: str = "train", work: str | None = None, only: Iterable[str] | None = None,
+            forms: dict[str, str] | None = None) -> list[dict]:
     """Rows {name, images_per_s (median of rounds), images_per_s_best, images_per_s_per_worker, images_per_cpu_s,
     speedup (ours / theirs, median wall clock), speedup_cpu (by images per CPU-second), bytes_per_image
     (what the row reads per image: our shards, the image files, a peer's own dataset file), note} on
@@ -68,9 +69,10 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
 
     The first row is our loader with ``decoder``; ``also_decoders`` (default: ``pil`` when that is
     not the decoder already) adds our loader with those decoders as rows of their own, so the table
-    shows what the decoder alone buys. If our own loader fails, that error propagates. Then the
-    baselines (``baselines.py``), then DALI and FFCV, each a subprocess in its environment under
-    ``peers`` (default ``$IMAGENET_SHARDS_PEERS``; ``peers.py``).
+    shows what the decoder alone buys; ``forms`` ({label: shard set}) adds our loader over other
+    shard sets of the same images (the pixel form: ``imagenet-shards (LABEL)``). If our own loader
+    fails, that error propagates. Then the baselines (``baselines.py``), then DALI and FFCV, each a
+    subprocess in its environment under ``peers`` (default ``$IMAGENET_SHARDS_PEERS``; ``peers.py``).
 
     The loaders take turns: each round times ``batches`` batches of every loader after skipping
     ``warmup`` (covering what its workers prefetched while idle), so slow drifts in machine load
@@ -78,91 +80,124 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
     the peers are part of the tree): the previous loader's workers finish their prefetching on
     their own time, not the next one's."""
     shards = D.split_shards(D.read_manifest(data), data, split)
-    train = split == "train"
     tmp = Path(work) if work else Path(tempfile.mkdtemp(prefix="bench-loader-"))
     tmp.mkdir(parents=True, exist_ok=True)
     wanted = None if only is None else tuple(only)
-
-    def wants(name: str) -> bool:
-        return wanted is None or any(name.startswith(w) for w in wanted)
-
+    table = _Table(lambda name: wanted is None or any(name.startswith(w) for w in wanted))
     running: list[P.PeerProcess] = []
     try:
         folder = tmp / f"images-{split}"
         _folder_export(shards, folder, progress)
         shard_bytes, file_bytes = _mean_bytes(shards, folder)
-        sizes: dict[str, float | None] = {}
-        main = dec.resolve_decoder(decoder)
-        ours_name = f"imagenet-shards ({main})"
-        timers: dict[str, Timer] = {}
-        notes: dict[str, str] = {}      # rows that did not run: why
-        remarks: dict[str, str] = {}    # rows that ran: what to know when reading their figures
-        timers[ours_name] = _timer(our_stream(data, split=split, workers=workers, batch_size=batch_size,
-                                              decoder=decoder, res=res)[0])
-        also = [d for d in (["pil"] if also_decoders is None else also_decoders) if dec.resolve_decoder(d) != main]
-        for d in dict.fromkeys(dec.resolve_decoder(d) for d in also):
-            if wants(f"imagenet-shards ({d})"):
-                timers[f"imagenet-shards ({d})"] = _timer(our_stream(data, split=split, workers=workers,
-                                                                     batch_size=batch_size, decoder=d, res=res)[0])
-        order = list(timers)
-        sizes.update(dict.fromkeys(order, shard_bytes))
-        for b in baselines([s.url for s in shards], folder, res=res, batch_size=batch_size, workers=workers,
-                           train=train):
-            if not wants(b.name):
-                continue
-            order.append(b.name)
-            sizes[b.name] = file_bytes if "ImageFolder" in b.name else shard_bytes
-            if b.build is None:
-                notes[b.name] = b.not_run
-                continue
-            try:
-                timers[b.name] = _timer(BatchStream(b.build()))
-            except Exception as e:  # an optional extra that is installed but broken must not sink the table
-                notes[b.name] = _failed(e, "to start")
-        root = P.peers_dir(peers)
+        ours = _our_rows(table, data, forms or {}, decoder, also_decoders, shard_bytes,
+                         dict(split=split, workers=workers, batch_size=batch_size, res=res))
+        _baseline_rows(table, shards, folder, shard_bytes, file_bytes,
+                       dict(res=res, batch_size=batch_size, workers=workers, train=split == "train"))
         setup = dict(folder=str(folder), work=str(tmp), res=res, batch_size=batch_size, workers=workers, seed=seed,
-                     train=train, val_resize=val_resize(res))
-        for peer in P.PEERS:
-            if not wants(peer.name):
-                continue
-            order.append(peer.name)
-            try:
-                if root is not None and progress:
-                    progress(f"starting {peer.name} in its environment under {root}")
-                running.append(P.start_peer(peer, root, setup))
-                timers[peer.name], remarks[peer.name] = running[-1].time, running[-1].note
-                sizes[peer.name] = running[-1].bytes_per_image
-                if sizes[peer.name] is None and peer.env == "dali":
-                    sizes[peer.name] = file_bytes  # it reads the image files
-            except P.PeerNotRun as e:
-                notes[peer.name] = str(e)
-        # prefetch depth a loader builds up while another one runs: skip it every round
-        per_round_warmup = max(warmup, 4 * max(1, workers) + 2)
-        runs: dict[str, list[dict]] = {name: [] for name in timers}
-        for r in range(rounds):
-            for name, timer in timers.items():
-                if name in notes:
-                    continue
-                if progress:
-                    progress(f"round {r + 1}/{rounds}: {name}")
-                wait_until_idle()
-                try:
-                    runs[name].append(timer(batches=batches, warmup=warmup if r == 0 else per_round_warmup))
-                except P.PeerNotRun as e:
-                    notes[name] = str(e)
-                except Exception as e:
-                    if name == ours_name:
-                        raise
-                    notes[name] = _failed(e, f"in round {r + 1}")
+                     train=split == "train", val_resize=val_resize(res))
+        running = _peer_rows(table, P.peers_dir(peers), setup, file_bytes, progress)
+        runs = _rounds(table, ours, rounds=rounds, batches=batches, warmup=warmup, workers=workers, progress=progress)
     finally:
         for proc in running:
             proc.close()
         if not work:
             shutil.rmtree(tmp, ignore_errors=True)
-    rows = comparison_rows(order, runs, notes, remarks, workers=workers)
+    rows = comparison_rows(table.order, runs, table.notes, table.remarks, workers=workers)
     for row in rows:
-        row["bytes_per_image"] = sizes.get(row["name"])
+        row["bytes_per_image"] = table.sizes.get(row["name"])
     return rows
+
+
+class _Table:
+    """What ``compare`` gathers per row before timing: the order, timers, bytes per image, notes."""
+
+    def __init__(self, wants: Callable[[str], bool]):
+        self.wants = wants
+        self.order: list[str] = []
+        self.timers: dict[str, Timer] = {}
+        self.sizes: dict[str, float | None] = {}
+        self.notes: dict[str, str] = {}    # rows that did not run: why
+        self.remarks: dict[str, str] = {}  # rows that ran: what to know when reading their figures
+
+    def add(self, name: str, size: float | None, timer: Timer | None = None) -> None:
+        self.order.append(name)
+        self.sizes[name] = size
+        if timer is not None:
+            self.timers[name] = timer
+
+
+def _our_rows(table: _Table, data: str, forms: dict[str, str], decoder: str, also_decoders, shard_bytes: float,
+              common: dict) -> str:
+    """Our loader's rows (the first one the reference of the ratios); returns its name."""
+    main = dec.resolve_decoder(decoder)
+    ours = f"imagenet-shards ({main})"
+    table.add(ours, shard_bytes, _timer(our_stream(data, decoder=decoder, **common)[0]))
+    also = [d for d in (["pil"] if also_decoders is None else also_decoders) if dec.resolve_decoder(d) != main]
+    for d in dict.fromkeys(dec.resolve_decoder(d) for d in also):
+        if table.wants(f"imagenet-shards ({d})"):
+            table.add(f"imagenet-shards ({d})", shard_bytes, _timer(our_stream(data, decoder=d, **common)[0]))
+    for label, other in forms.items():
+        others = D.split_shards(D.read_manifest(other), other, common["split"])
+        size = sum(storage.size(s.url) for s in others) / max(1, sum(s.num_samples for s in others))
+        table.add(f"imagenet-shards ({label})", size, _timer(our_stream(other, decoder=decoder, **common)[0]))
+    return ours
+
+
+def _baseline_rows(table: _Table, shards, folder: Path, shard_bytes: float, file_bytes: float, common: dict) -> None:
+    for b in baselines([s.url for s in shards], folder, **common):
+        if not table.wants(b.name):
+            continue
+        table.add(b.name, file_bytes if "ImageFolder" in b.name else shard_bytes)
+        if b.build is None:
+            table.notes[b.name] = b.not_run
+            continue
+        try:
+            table.timers[b.name] = _timer(BatchStream(b.build()))
+        except Exception as e:  # an optional extra that is installed but broken must not sink the table
+            table.notes[b.name] = _failed(e, "to start")
+
+
+def _peer_rows(table: _Table, root: Path | None, setup: dict, file_bytes: float, progress) -> list[P.PeerProcess]:
+    """DALI's and FFCV's rows, each a subprocess started here; returns them (the caller closes them)."""
+    running = []
+    for peer in P.PEERS:
+        if not table.wants(peer.name):
+            continue
+        table.add(peer.name, None)
+        try:
+            if root is not None and progress:
+                progress(f"starting {peer.name} in its environment under {root}")
+            running.append(P.start_peer(peer, root, setup))
+            table.timers[peer.name], table.remarks[peer.name] = running[-1].time, running[-1].note
+            table.sizes[peer.name] = running[-1].bytes_per_image
+            if table.sizes[peer.name] is None and peer.env == "dali":
+                table.sizes[peer.name] = file_bytes  # it reads the image files
+        except P.PeerNotRun as e:
+            table.notes[peer.name] = str(e)
+    return running
+
+
+def _rounds(table: _Table, ours: str, *, rounds: int, batches: int, warmup: int, workers: int,
+            progress) -> dict[str, list[dict]]:
+    """Every row's timings, the rows taking turns in each round (a failing peer gets a note; ours raises)."""
+    per_round_warmup = max(warmup, 4 * max(1, workers) + 2)  # the prefetch depth built while another ran
+    runs: dict[str, list[dict]] = {name: [] for name in table.timers}
+    for r in range(rounds):
+        for name, timer in table.timers.items():
+            if name in table.notes:
+                continue
+            if progress:
+                progress(f"round {r + 1}/{rounds}: {name}")
+            wait_until_idle()
+            try:
+                runs[name].append(timer(batches=batches, warmup=warmup if r == 0 else per_round_warmup))
+            except P.PeerNotRun as e:
+                table.notes[name] = str(e)
+            except Exception as e:
+                if name == ours:
+                    raise
+                table.notes[name] = _failed(e, f"in round {r + 1}")
+    return runs
 
 
 def comparison_rows(order: list[str], runs: dict[str, list[dict]], notes: dict[str, str],

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from imagenet_shards.train.loader import decode as dec
+from imagenet_shards.train.loader import decode_pixels as pix
 from imagenet_shards.train.loader import fingerprint
 from imagenet_shards.train.loader.reading import Record
 from imagenet_shards.train.loader.slots import SlotRing, fresh_shared
@@ -86,6 +87,7 @@ class DecodeConfig:
     aug: str | None = None
     val_ratio: float | None = None  # FFCV's centre crop of this ratio, resized to val_crop (decode_val)
     interpolation: str = "bilinear"  # the crops' filter (augment.interpolation; "random": train only)
+    form: str = "jpeg"  # the set's stored form (format.manifest.manifest_form)
 
     @property
     def out_size(self) -> int:
@@ -99,20 +101,28 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
     if rec.bad is not None:
         raise dec.DecodeError(rec.bad)
     if rec.jpg is None:
-        raise dec.DecodeError("missing .jpg")
+        raise dec.DecodeError("missing .yuv420" if cfg.form == pix.FORM else "missing .jpg")
     if rec.cls is None:
         raise dec.DecodeError("missing .cls")
     label = dec.decode_label(rec.cls)
+    pixel = cfg.form == pix.FORM
     if cfg.train:
-        img = dec.decode_train(rec.jpg, res=cfg.res, rng=rng, scale=cfg.scale, ratio=cfg.ratio,
-                               hflip=cfg.hflip, decoder=cfg.decoder, out=out if aug is None else None,
-                               interpolation=cfg.interpolation)
+        slot = out if aug is None else None
+        if pixel:
+            img = pix.pixels_train(rec.jpg, rec.meta, res=cfg.res, rng=rng, scale=cfg.scale, ratio=cfg.ratio,
+                                   hflip=cfg.hflip, out=slot, interpolation=cfg.interpolation)
+        else:
+            img = dec.decode_train(rec.jpg, res=cfg.res, rng=rng, scale=cfg.scale, ratio=cfg.ratio,
+                                   hflip=cfg.hflip, decoder=cfg.decoder, out=slot, interpolation=cfg.interpolation)
         if aug is not None:
             t = torch.from_numpy(np.ascontiguousarray(img))
             img = dec.apply_aug(aug, t, rng.getrandbits(63)).numpy()
             if out is not None:
                 out[...] = img
                 img = out
+    elif pixel:
+        img = pix.pixels_val(rec.jpg, rec.meta, resize=cfg.val_resize, crop=cfg.val_crop, out=out, ratio=cfg.val_ratio,
+                             interpolation=cfg.interpolation)
     else:
         img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out,
                              ratio=cfg.val_ratio, interpolation=cfg.interpolation)

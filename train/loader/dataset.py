@@ -9,12 +9,10 @@ a bounded buffer, decodes (uint8 only) and forms whole batches itself, so the Da
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import gc
 import logging
 import random
-import signal
 import weakref
 from typing import Iterator
 
@@ -23,11 +21,10 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format.digest import shard_check
-from imagenet_shards.pipeline.interrupts import RUN_SIGNALS
-from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
+from imagenet_shards.pipeline.format.manifest import Shard, manifest_form, read_manifest, split_shards
 from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader import activity, fingerprint, position
+from imagenet_shards.train.loader import activity, fingerprint, position, workers as workers_
 from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, batches
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, pieces_at
@@ -78,7 +75,7 @@ class ShardDataset(IterableDataset):
         self.board = new_board(workers, prefetch_factor)
         self._ring: SlotRing | None = None  # set in each worker process, kept across its epochs
         # per DataLoader worker: what reading from the store cost so far (``STORE_FIELDS``), all epochs
-        self.store = torch.zeros((max(1, workers), len(STORE_FIELDS)), dtype=torch.float64).share_memory_()
+        self.store = torch.zeros((max(1, workers), len(workers_.STORE_FIELDS)), dtype=torch.float64).share_memory_()
         self._counters: storage.ReadCounters | None = None  # this process's, published into `store`
         self.activity = activity.new_board(workers)  # what each worker read last (a stall's name: activity.py)
 
@@ -172,42 +169,6 @@ class ShardDataset(IterableDataset):
             publish()
 
 
-STORE_FIELDS = ("bytes", "requests", "wait_s", "readahead_high_bytes")
-
-
-def quiet_worker(worker_id: int) -> None:
-    """DataLoader worker start-up: leave SIGINT, SIGTERM and SIGUSR1 to the main process.
-
-    Ctrl-C reaches the whole process group and Slurm signals every process of a job step; a worker
-    that died of it would end the epoch before the main process could reach its agreed stop step
-    and checkpoint. Workers still exit when the main process closes the loader or dies (the
-    DataLoader's own watchdog), on `ShardLoader.close()`, and at interpreter exit: every live
-    iterator's workers are shut down first by our atexit hook, since multiprocessing's own exit hook
-    would SIGTERM them, which they ignore, and wait for ever (even for an iteration left unfinished)."""
-    for signum in RUN_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
-
-
-_LIVE_ITERATORS: weakref.WeakSet = weakref.WeakSet()  # every ShardLoader's worker iterators, process-wide
-_OUR_WORKERS: weakref.WeakSet = weakref.WeakSet()  # their worker processes (multiprocessing holds them until joined)
-
-
-def _shutdown(iterator) -> None:
-    if hasattr(iterator, "_shutdown_workers"):
-        iterator._shutdown_workers()
-
-
-@atexit.register  # registered after torch's and multiprocessing's exit hooks, so it runs before them
-def _stop_workers_at_exit() -> None:
-    for iterator in list(_LIVE_ITERATORS):
-        _shutdown(iterator)
-    # A worker that did not stop when asked (torch then sends SIGTERM, which ours ignore) would be
-    # waited for by multiprocessing's exit hook for ever: kill what is left of ours.
-    for worker in list(_OUR_WORKERS):
-        if worker.is_alive():
-            worker.kill()
-            worker.join(5)
-
 
 class ShardLoader:
     """Iterable of ``(images uint8 [B,3,H,W] contiguous, labels int64 [B])`` for one rank and epoch.
@@ -226,7 +187,7 @@ class ShardLoader:
         kw = {}
         if workers > 0:
             kw = dict(persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                      worker_init_fn=quiet_worker)
+                      worker_init_fn=workers_.quiet_worker)
         # A generator of its own: the DataLoader draws a seed from it at every iteration start, which
         # would otherwise come from torch's global generator and shift the model's dropout masks by
         # however many times a loader was iterated (a resumed run iterates the epoch it resumes once more).
@@ -247,20 +208,13 @@ class ShardLoader:
         store, and the most bytes a worker held for read-ahead. Zeros for local shards and with a
         shard cache (its downloads are not counted). With ``seconds`` (the wall time they took):
         also bytes/s, requests/s and the fraction of the workers' time spent waiting on the store."""
-        rows = [dict(zip(STORE_FIELDS, (int(b), int(r), float(w), int(h))))
-                for b, r, w, h in self.dataset.store.tolist()]
-        total = {k: sum(r[k] for r in rows) for k in STORE_FIELDS[:3]}
-        total["readahead_high_bytes"] = max(r["readahead_high_bytes"] for r in rows)
-        if seconds:
-            total.update(bytes_per_s=total["bytes"] / seconds, requests_per_s=total["requests"] / seconds,
-                         wait_fraction=total["wait_s"] / (seconds * len(rows)))
-        return {**total, "workers": rows}
+        return workers_.store_summary(self.dataset.store, seconds)
 
     def close(self) -> None:
         """Stop the worker processes now (persistent ones, and those of an iteration left unfinished);
         a later iteration starts new ones."""
         for iterator in list(self._iterators):
-            _shutdown(iterator)
+            workers_.shutdown(iterator)
         self._loader._iterator = None
 
     @property
@@ -371,8 +325,7 @@ class ShardLoader:
         batches_in = iter(self._loader)
         if self.dataset.workers > 0:
             self._iterators.add(batches_in)
-            _LIVE_ITERATORS.add(batches_in)
-            _OUR_WORKERS.update(getattr(batches_in, "_workers", ()))
+            workers_.track(batches_in)
         try:
             for images, labels, info in self.wait.around(batches_in):
                 self._releaser.release_done()  # batches handed out earlier that nobody holds any more
@@ -432,10 +385,10 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
         raise ValueError(f"bad_shards must be one of {', '.join(BAD_SHARDS)}, got {bad_shards!r}")
     dec.make_aug(aug)  # validate the name early
     interp.check(interpolation, train=train)
+    manifest = read_manifest(data)
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
-                       val_ratio=val_crop_ratio, interpolation=interpolation)
-    manifest = read_manifest(data)
+                       val_ratio=val_crop_ratio, interpolation=interpolation, form=manifest_form(manifest))
     shards = split_shards(manifest, data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,

@@ -39,7 +39,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from imagenet_shards.pipeline.format.manifest import Shard, read_manifest, split_shards
+from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.manifest import Shard, manifest_form, read_manifest, split_shards
 from imagenet_shards.train.loader import decode as dec
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.augment import interpolation as interp
@@ -350,6 +351,10 @@ def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: boo
     one of those is a TypeError, not silently ignored."""
     if train is None:
         train = split == "train"
+    manifest = read_manifest(data)
+    if manifest_form(manifest) != "jpeg":
+        raise ValueError(f"--gpu-decode decodes JPEG shards only and {storage.redact(data)} holds "
+                         f"{manifest_form(manifest)} pixel shards: drop --gpu-decode (the CPU loader reads them)")
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--gpu-decode needs CUDA")
@@ -357,7 +362,7 @@ def make_gpu_decode_loader(data: str, split: str, batch_size: int, *, train: boo
         raise ValueError(f"val_crop {val_crop} is larger than val_resize {val_resize}")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    shards = split_shards(read_manifest(data), data, split)
+    shards = split_shards(manifest, data, split)
     dataset = RawBatches(shards, batch_size=batch_size, train=train, workers=workers, seed=seed, rank=rank,
                          world_size=world_size, shuffle_buffer=shuffle_buffer, epoch=epoch,
                          opener=ShardCache(cache_dir, cache_bytes).open if cache_dir else open_url)

@@ -1,4 +1,4 @@
-"""Reading stages of the loader: planned pieces of shards -> records of raw bytes (.jpg and .cls).
+"""Reading stages of the loader: planned pieces of shards -> records of raw bytes (image, .cls, .json).
 
 Plain generators: ``read_pieces`` yields the records of a worker's pieces in order, for the
 shuffle and batching stages (``batching``) to consume. The tar is read by the project's one tar
@@ -18,8 +18,9 @@ from imagenet_shards.pipeline.format.manifest import Shard
 from imagenet_shards.pipeline.format.tar import HashingReader, iter_tar
 from imagenet_shards.train.loader.plan import Piece
 
-_FIELDS = ("jpg", "webp", "cls")  # what a sample needs (its image: .jpg, or .webp in an adopted set such as
-# timm's imagenet-w21-webp-wds; decoded through Pillow); other members (.json) are skipped, not read
+_FIELDS = ("jpg", "webp", "yuv420", "cls", "json")  # what a sample needs: its image (.jpg; .webp in an adopted
+# set such as timm's imagenet-w21-webp-wds, decoded through Pillow; .yuv420 in a pixel set, whose size is in
+# its .json); other members are skipped, not read
 
 
 class Record(NamedTuple):
@@ -30,12 +31,13 @@ class Record(NamedTuple):
 
     key: str
     url: str
-    jpg: bytes | None  # the image's bytes (.jpg or .webp)
+    jpg: bytes | None  # the image's bytes (.jpg, .webp or .yuv420)
     cls: bytes | None
     shard: int = -1
     index: int = -1
     copy: int = 0   # repeated augmentation: which of the sample's copies in the epoch this is
     bad: str | None = None  # why the sample cannot be used without reading it (its shard failed its digest)
+    meta: bytes | None = None  # the .json (a pixel sample's width and height)
 
 
 class _Skipped:
@@ -51,7 +53,7 @@ SKIPPED = _Skipped()
 
 
 def _image(fields: dict) -> bytes | None:
-    return fields.get("jpg") if "jpg" in fields else fields.get("webp")
+    return next((fields[ext] for ext in ("jpg", "webp", "yuv420") if ext in fields), None)
 
 
 def open_url(url: str, mode: str = "rb"):
@@ -77,7 +79,7 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
                exclude: frozenset = frozenset(), skip: Callable[[int], bool] | None = None,
                digest: tuple[str, str] | None = None, bad_shards: str = "stop",
                check_streamed: bool = True) -> Iterator[Record]:
-    """Samples ``[start, stop)`` of one shard, as records of raw bytes (.jpg and .cls only).
+    """Samples ``[start, stop)`` of one shard, as records of raw bytes (the image, .cls and .json only).
 
     Streams the tar (works for non-seekable URLs); samples before ``start`` and other members are
     passed over (by seek where the file can), not read into memory. Samples whose key is in
@@ -158,7 +160,7 @@ def _as_bad(records: Iterable, why: str, shown: str, shard: int, start: int, sto
     i = start
     try:
         for rec in records:
-            yield rec if rec is SKIPPED else rec._replace(jpg=None, cls=None, bad=why)
+            yield rec if rec is SKIPPED else rec._replace(jpg=None, cls=None, meta=None, bad=why)
             i += 1
     except ValueError:
         pass
@@ -181,7 +183,7 @@ def _records(source, shown: str, start: int, stop: int | None, shard: int, exclu
     def record():
         if skip is not None and skip(index):
             return SKIPPED
-        return Record(key, shown, _image(fields), fields.get("cls"), shard, index)
+        return Record(key, shown, _image(fields), fields.get("cls"), shard, index, meta=fields.get("json"))
 
     for m in iter_tar(source, want=want, strict=False, where=shown):
         if m.key != key:

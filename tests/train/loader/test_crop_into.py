@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.fixtures.loader import flip_scan_bytes, texture_image
+from tests.fixtures.loader import flip_scan_bytes, pillow_weights, texture_image
 from imagenet_shards.train.loader import decode as dec
 
 pytestmark = pytest.mark.skipif(dec._jpegcrop is None, reason="imagenet_shards.train.loader._jpegcrop not built")
@@ -35,32 +35,6 @@ def boxes(size, rng: random.Random, n: int):
     for _ in range(n):
         yield dec.random_resized_crop_params(*size, (0.08, 1.0), (3 / 4, 4 / 3), rng)
     yield dec.center_crop_params(*size, 256, 224)
-
-
-def keys_cubic(x: np.ndarray) -> np.ndarray:
-    """Pillow's bicubic_filter (Resample.c, a = -0.5)."""
-    x = np.abs(x)
-    return np.where(x < 1, (1.5 * x - 2.5) * x * x + 1, np.where(x < 2, (((x - 5) * x + 8) * x - 4) * -0.5, 0.0))
-
-
-FILTERS = {"bilinear": (1.0, lambda x: np.maximum(0.0, 1.0 - np.abs(x))), "bicubic": (2.0, keys_cubic)}
-
-
-def pillow_weights(in0: float, in1: float, size: int, out: int, filter: str = "bilinear") -> np.ndarray:
-    """Pillow's resample weights (Resample.c precompute_coeffs) for BILINEAR or BICUBIC, exact, as an
-    out x size matrix."""
-    in0, in1 = float(np.float32(in0)), float(np.float32(in1))  # Pillow takes the box as C floats
-    reach, kernel = FILTERS[filter]
-    scale = (in1 - in0) / out
-    filterscale = max(scale, 1.0)
-    support = reach * filterscale
-    m = np.zeros((out, size))
-    for i in range(out):
-        center = in0 + (i + 0.5) * scale
-        lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), size)
-        w = kernel((np.arange(lo, hi) - center + 0.5) / filterscale)
-        m[i, lo:hi] = w / w.sum()
-    return m
 
 
 def float_reference(data: bytes, box, res: int, flip: bool, filter: str = "bilinear") -> np.ndarray:

@@ -9,7 +9,7 @@ a `Decision` to write a mid-epoch checkpoint and maybe stop. Everything else liv
   `Stopped` (exit code 128 + the signal's number, one line saying how to resume). Further signals
   are only noted, so nothing, a checkpoint being written included, is cut short by them (torchrun
   forwards the SIGINT a terminal already sent every process: two arrive for one Ctrl-C). The
-  DataLoader workers ignore all three (`loader.dataset.quiet_worker`): only this process decides.
+  DataLoader workers ignore all three (`loader.workers.quiet_worker`): only this process decides.
 * **Outside training** (start-up, `--eval-only`) `RunSignals`, the command's own policy, applies:
   the run stops at once (`pipeline.interrupts.Interrupted` raised where the code is, so every
   `finally` runs on the way out), one line says how to resume, exit 128 + the signal.

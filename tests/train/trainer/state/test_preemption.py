@@ -32,6 +32,7 @@ from imagenet_shards.train.trainer.state import resume
 from imagenet_shards.train.trainer.state.lifecycle import Lifecycle, RunSignals, parse_every
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.watch.telemetry import read_metrics
+from tests.fixtures.loader import to_pixel_set
 from tests.fixtures.trainer import run_cli, write_tiny_shards
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -166,6 +167,29 @@ def test_ddp_sigterm_mid_epoch_then_resume_is_bit_identical(shards, tmp_path):
     assert b[1]["data_fingerprint"]["train"]["samples"] == 2 * 7 * 4 and b[1]["data_fingerprint"]["val"]["samples"] == 20
     start = [r for r in read_metrics(split) if r["kind"] == "start"][-1]
     assert start["resumed"]["epoch_step"] == mid["epoch_step"] and start["resumed"]["exact"] is True
+
+
+@pytest.mark.slow  # ~50 s on 2 vCPUs; the loader-level resume on pixel shards is a default test
+@pytest.mark.timeout(600)
+def test_pixel_shards_train_and_a_mid_epoch_sigterm_resumes_bit_identical(tmp_path):
+    """The same tiny set in the pixel form (KEY.yuv420, "form": "yuv420" in the manifest): train-imagenet
+    reads it without a flag; SIGTERM at a random step of epoch 2, then --resume auto ends with the
+    uninterrupted run's weights, EMA, train losses and data fingerprints."""
+    rng, why = _seeded("pixel shards")
+    data = to_pixel_set(write_tiny_shards(tmp_path / "pixels", classes=4, train_per_class=15, val_per_class=5,
+                                          shard_samples=13))
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    common = ["--data", data, *FLAGS, "--workers", "0"]
+    _run(tmp_path, 1, [*common, "--out", straight])
+    _interrupt(tmp_path, 1, [*common, "--out", split], split, at_step=rng.randint(17, 26))
+    mid = ckpt.load_checkpoint(split / ckpt.MID)
+    assert mid["epoch"] == 1 and 0 < mid["epoch_step"] < 15, why
+    _run(tmp_path, 1, [*common, "--out", split, "--resume", "auto"])
+    _assert_same_weights(straight, split, why)
+    a, b = _epochs(straight), _epochs(split)
+    assert [r["train_loss"] for r in a] == [r["train_loss"] for r in b], why
+    assert [r["data_fingerprint"] for r in a] == [r["data_fingerprint"] for r in b], why
+    assert b[1]["data_fingerprint"]["train"]["samples"] == 15 * 4 and b[1]["val_samples"] == 20
 
 
 @pytest.mark.timeout(600)
