@@ -19,14 +19,7 @@
 
 #include "jpegcrop_resample.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#include <immintrin.h>
-#define X86_SIMD 1
-#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define X86_SIMD 0
-#define VECTOR_CLONES
-#endif
+#include "simd.h"
 
 /* libjpeg's jdcolor.c: FIX(x) = round(x * 2**16) */
 #define CR_R 91881

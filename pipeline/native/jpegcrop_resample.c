@@ -11,14 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#include <immintrin.h>
-#define X86_SIMD 1
-#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define X86_SIMD 0
-#define VECTOR_CLONES
-#endif
+#include "simd.h"
 
 static double triangle(double x) {
     x = x < 0 ? -x : x;
