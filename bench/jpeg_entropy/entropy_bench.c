@@ -185,10 +185,10 @@ static int start_region(const struct record *rec, struct region *r, int entropy)
     double f = num / 8.0;
     int Ws = (W * num + 7) / 8, Hs = (H * num + 7) / 8;
     struct axis h, v;
-    int ht = axis_taps(rec->left * f, (rec->left + rec->width) * f, OUT_SIZE);
+    int ht = axis_taps(rec->left * f, (rec->left + rec->width) * f, OUT_SIZE, RESAMPLE_BILINEAR);
     size_t hb = axis_bytes(OUT_SIZE, ht);
-    axis_plan(&h, rec->left * f, (rec->left + rec->width) * f, Ws, OUT_SIZE, axes_mem);
-    axis_plan(&v, rec->top * f, (rec->top + rec->height) * f, Hs, OUT_SIZE, axes_mem + hb);
+    axis_plan(&h, rec->left * f, (rec->left + rec->width) * f, Ws, OUT_SIZE, axes_mem, RESAMPLE_BILINEAR);
+    axis_plan(&v, rec->top * f, (rec->top + rec->height) * f, Hs, OUT_SIZE, axes_mem + hb, RESAMPLE_BILINEAR);
     int x0 = axis_low(&h), x1 = axis_high(&h), y0 = axis_low(&v), y1 = axis_high(&v);
     int cells[4] = {x0 * 8 / num, y0 * 8 / num, (x1 * 8 + num - 1) / num, (y1 * 8 + num - 1) / num};
     return region_start(r, rec->data, rec->size, num, cells, x0 - 8, y0, x1 + 8, y1, 0, entropy);
