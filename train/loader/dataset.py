@@ -24,7 +24,7 @@ from imagenet_shards.pipeline.format.digest import shard_check
 from imagenet_shards.pipeline.format.manifest import Shard, manifest_form, read_manifest, split_shards
 from imagenet_shards.train.augment import interpolation as interp
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader import activity, fingerprint, position, workers as workers_
+from imagenet_shards.train.loader import activity, fingerprint, plan as plan_, position, workers as workers_
 from imagenet_shards.train.loader.batching import DecodeConfig, StreamPosition, batches
 from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, pieces_at
@@ -52,7 +52,7 @@ class ShardDataset(IterableDataset):
                  rank: int, world_size: int, shuffle_buffer: int, strict: bool, epoch: int = 0,
                  cache: ShardCache | None = None, prefetch_factor: int = 4, repeats: int = 1,
                  readahead: storage.ReadAheadPolicy | None = None, shard_bytes: list[int | None] | None = None,
-                 digests: list | None = None, bad_shards: str = "stop"):
+                 digests: list | None = None, bad_shards: str = "stop", accumulate: int = 1):
         self.shards = shards
         # each shard's (algorithm, hex digest) from the manifest, checked as it is read (``reading.read_shard``)
         self.digests, self.bad_shards = digests, bad_shards
@@ -68,9 +68,13 @@ class ShardDataset(IterableDataset):
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle_buffer, self.strict = shuffle_buffer, strict
         self.repeats = repeats
+        # repeated augmentation's copies spread over the micro-batches of a step (plan.spread_plan)
+        self.spread = plan_.spread(world_size, repeats, accumulate) if cfg.train else 1
+        self.streams = plan_.streams(max(1, workers), world_size=world_size, repeats=repeats,
+                                     accumulate=self.spread, train=cfg.train)  # plans per epoch
         # epoch, resolution, the epoch a resume position applies to, the epoch the rest plan applies to
         self.state = torch.tensor([epoch, cfg.res, -1, -1], dtype=torch.int64).share_memory_()
-        self.resume_at = torch.zeros((max(1, workers), len(StreamPosition._fields)), dtype=torch.int64).share_memory_()
+        self.resume_at = torch.zeros((self.streams, len(StreamPosition._fields)), dtype=torch.int64).share_memory_()
         self.remaining = torch.zeros(sum(self.sizes) if cfg.train else 0, dtype=torch.bool).share_memory_()
         self.board = new_board(workers, prefetch_factor)
         self._ring: SlotRing | None = None  # set in each worker process, kept across its epochs
@@ -86,10 +90,10 @@ class ShardDataset(IterableDataset):
         rest = self.remaining.numpy() if int(self.state[REST]) == epoch else None
         return epoch_plan(self.sizes, batch_size=self.batch_size, rank=self.rank, world_size=self.world_size,
                           workers=max(1, self.workers), train=self.cfg.train, seed=self.seed, epoch=epoch,
-                          repeats=self.repeats, remaining=rest)
+                          repeats=self.repeats, accumulate=self.spread, remaining=rest)
 
     def start_position(self, epoch: int, worker: int) -> StreamPosition | None:
-        """Where plan worker ``worker`` resumes ``epoch`` (None: at its start)."""
+        """Where plan worker (stream) ``worker`` resumes ``epoch`` (None: at its start)."""
         if int(self.state[RESUMED]) != epoch:
             return None
         return StreamPosition(*(int(v) for v in self.resume_at[worker].tolist()))
@@ -106,38 +110,64 @@ class ShardDataset(IterableDataset):
     def __iter__(self):
         info = get_worker_info()
         epoch, res = int(self.state[EPOCH]), int(self.state[RES])
-        worker = ((info.id if info is not None else 0) + self.rotation(epoch)) % max(1, self.workers)
+        workers = max(1, self.workers)
+        worker = ((info.id if info is not None else 0) + self.rotation(epoch)) % workers
         cfg = self.cfg if res == self.cfg.res else dataclasses.replace(self.cfg, res=res)
-        plan = self.plan(epoch)[worker]
-        if not plan.batch_sizes:
+        plans = self.plan(epoch)
+        if len(plans) == workers and not plans[worker].batch_sizes:
             return
         if info is not None:
             storage.restore_options(self.storage_state[0])
             storage.set_retry_policy(self.storage_state[1])
+        if self._counters is None:
+            self._counters = storage.ReadCounters()
+        if info is not None and self._ring is None:
+            self._ring = SlotRing(self.board, info.id, keep=len(plans) // workers)
+            # what the worker inherited (torch, the plan...) is never garbage: keep the cyclic
+            # collector's full passes off it (measured ~2 % of a worker's CPU time otherwise)
+            gc.freeze()
+        if len(plans) == workers:
+            yield from self._stream(epoch, worker, plans[worker], cfg, info, self.shuffle_buffer)
+            return
+        # copies spread over micro-batches: this worker's streams, in the order of the rank's batches
+        # they make (batch j is stream j % L's), from its first batch on; the buffer shared among them
+        first = (int(self.resume_at[:, 0].sum()) if int(self.state[RESUMED]) == epoch else 0) + (
+            info.id if info is not None else 0)
+        mine = [(first + n * workers) % len(plans) for n in range(len(plans) // workers)]
+        buffer = -(-self.shuffle_buffer // len(mine))
+        streams = [self._stream(epoch, t, plans[t], cfg, info, buffer) for t in mine]
+        try:
+            while True:
+                for stream in streams:
+                    batch = next(stream, None)
+                    if batch is None:  # the rest are done too: they come after it in batch order
+                        return
+                    yield batch
+        finally:
+            for stream in streams:
+                stream.close()
+
+    def _stream(self, epoch: int, worker: int, plan: WorkerPlan, cfg: DecodeConfig, info, buffer: int):
+        """The batches of plan worker (stream) ``worker`` of ``epoch``, from its resume position on."""
+        if not plan.batch_sizes:
+            return
         start = self.start_position(epoch, worker) if cfg.train else None
         seed = position.stream_seed(self.seed, epoch, self.rank, worker, plan)
         n = sum(p.stop - p.start for p in plan.pieces)
         order, skip = [], frozenset()
         if start is not None and start.taken:
-            order = position.consumed_stream(plan, n, self.shuffle_buffer, seed, start.taken)
+            order = position.consumed_stream(plan, n, buffer, seed, start.taken)
             skip = position.skippable(plan, n, order)
-        if self._counters is None:
-            self._counters = storage.ReadCounters()
         records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip, readahead=self.readahead,
                               shard_bytes=self.shard_bytes, counters=self._counters, digests=self.digests,
                               bad_shards=self.bad_shards)
         records = self._publishing(records, info.id if info is not None else 0)
         records = activity.reading(records, self.activity, info.id if info is not None else 0)
         if cfg.train:
-            records = position.worker_stream(records, plan, self.shuffle_buffer, seed)
+            records = position.worker_stream(records, plan, buffer, seed)
         if order:
             records = resume_stream(records, start.taken, exact=plan.shuffle_key is None)
         aug = dec.make_aug(cfg.aug) if cfg.train else None
-        if info is not None and self._ring is None:
-            self._ring = SlotRing(self.board, info.id)
-            # what the worker inherited (torch, the plan...) is never garbage: keep the cyclic
-            # collector's full passes off it (measured ~2 % of a worker's CPU time otherwise)
-            gc.freeze()
 
         def refill():  # the records of the batch a starved batch repeats, read again (rare: spares ran out)
             a, b = start.refill_start, start.refill_stop
@@ -146,8 +176,8 @@ class ShardDataset(IterableDataset):
                                   digests=self.digests, bad_shards=self.bad_shards)
             return (rec._replace(copy=c) for rec, c in zip(records, copies))
 
-        # repeated augmentation: the copies of a sample on different ranks get different crops
-        crops = crop_seed(self.seed, epoch, self.rank if plan.shuffle_key is not None else None)
+        # repeated augmentation: the copies of a sample on different (virtual) ranks get different crops
+        crops = crop_seed(self.seed, epoch, position.copies_rank(plan, self.rank))
         yield from batches(iter(records), plan.batch_sizes, cfg, crops, fill=cfg.train,
                            strict=self.strict, shared=info is not None, aug=aug,
                            ring=self._ring if info is not None else None, start=start, refill=refill)
@@ -250,6 +280,7 @@ class ShardLoader:
         rest = int(d.state[REST]) == self.epoch
         return {"world_size": d.world_size, "workers": max(1, d.workers), "batch_size": d.batch_size,
                 "shuffle_buffer": d.shuffle_buffer, "seed": d.seed, "sizes": list(d.sizes), "repeats": d.repeats,
+                "ra_micro_batches": d.spread,
                 "remaining": position.pack(d.remaining.numpy()) if rest else None}
 
     def position(self, batches: int | None = None) -> dict:
@@ -258,7 +289,7 @@ class ShardLoader:
         progress = self._progress
         if progress is None or progress.epoch != self.epoch:
             start = self._start if self._start and self._start["epoch"] == self.epoch else None
-            progress = EpochProgress(self.epoch, max(1, self.dataset.workers), start)
+            progress = EpochProgress(self.epoch, self.dataset.streams, start)
         return progress.state(batches)
 
     def resume(self, plan: dict, positions: list[dict]) -> dict:
@@ -272,8 +303,9 @@ class ShardLoader:
         d = self.dataset
         epoch = int(positions[0]["epoch"])
         for name, mine in (("sizes", list(d.sizes)), ("batch_size", d.batch_size), ("seed", d.seed),
-                           ("shuffle_buffer", d.shuffle_buffer), ("repeats", d.repeats)):
-            if plan.get(name, 1 if name == "repeats" else None) != mine:
+                           ("shuffle_buffer", d.shuffle_buffer), ("repeats", d.repeats),
+                           ("ra_micro_batches", d.spread)):
+            if plan.get(name, 1 if name in ("repeats", "ra_micro_batches") else None) != mine:
                 shown = (f"{len(plan[name])} shards of {sum(plan[name])} samples", f"{len(mine)} of {sum(mine)}") \
                     if name == "sizes" else (plan[name], mine)
                 raise PlanError(f"the saved loader position is for {name} {shown[0]}, this loader has {shown[1]}")
@@ -317,8 +349,8 @@ class ShardLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch = self.epoch
         start = self._start if int(self.dataset.state[RESUMED]) == epoch or int(self.dataset.state[REST]) == epoch else None
-        streams = max(1, self.dataset.workers)
-        progress = self._progress = EpochProgress(epoch, streams, start if start and start["epoch"] == epoch else None)
+        streams, planned = max(1, self.dataset.workers), self.dataset.streams
+        progress = self._progress = EpochProgress(epoch, planned, start if start and start["epoch"] == epoch else None)
         rotation = self.dataset.rotation(epoch)
         stats = self.stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0, "bad_keys": [],
                               "duplicated": 0, "recycled": 0}
@@ -336,7 +368,10 @@ class ShardLoader:
                 stats["recycled"] += info.recycled
                 stats["samples"] += len(labels)
                 stats["batches"] += 1
-                progress.add(info, len(labels), stream=(info.worker + rotation) % streams)
+                # batch j of the rank is plan worker j % workers's; with spread copies, stream j % planned's
+                stream = (info.worker + rotation) % streams if planned == streams else \
+                    (progress.base_batches + progress.batches) % planned
+                progress.add(info, len(labels), stream=stream)
                 stats["fingerprint"] = progress.fingerprint
                 yield (images, labels, info.keys) if self.keys else (images, labels)
         finally:
@@ -353,7 +388,7 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
                 val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False,
                 readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy(), bad_shards: str = "stop",
-                verify: bool = True, interpolation: str = "bilinear") -> ShardLoader:
+                verify: bool = True, interpolation: str = "bilinear", accumulate: int = 1) -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
@@ -368,7 +403,9 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     (xxh3_128, else sha256; ``reading.read_shard``); ``bad_shards``: what a shard that fails does,
     ``"stop"`` (a ``ShardDigestError`` naming it) or ``"skip"`` (its samples counted as bad samples,
     with the reason). ``interpolation``: the crops' filter, bilinear or bicubic, or for train crops
-    random (timm's per-image choice; ``augment.interpolation``)."""
+    random (timm's per-image choice; ``augment.interpolation``). ``accumulate``: micro-batches per
+    optimizer step; with ``repeats`` > 1 on fewer ranks than repeats, the copies of a sample go to
+    different micro-batches of a step (``plan.spread_plan``)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -379,8 +416,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
         raise ValueError(f"workers must be >= 0, got {workers}")
     if val_crop > val_resize and val_crop_ratio is None:
         raise ValueError(f"val_crop {val_crop} is larger than val_resize {val_resize}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if repeats < 1 or accumulate < 1:
+        raise ValueError(f"repeats and accumulate must be >= 1, got {repeats} and {accumulate}")
     if bad_shards not in BAD_SHARDS:
         raise ValueError(f"bad_shards must be one of {', '.join(BAD_SHARDS)}, got {bad_shards!r}")
     dec.make_aug(aug)  # validate the name early
@@ -394,7 +431,7 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
                            world_size=world_size, shuffle_buffer=shuffle_buffer, strict=strict, epoch=epoch,
                            cache=cache, prefetch_factor=prefetch_factor, repeats=repeats, readahead=readahead,
-                           shard_bytes=_shard_bytes(manifest, split), bad_shards=bad_shards,
+                           shard_bytes=_shard_bytes(manifest, split), bad_shards=bad_shards, accumulate=accumulate,
                            digests=[shard_check(s) for s in manifest["splits"][split]["shards"]] if verify else None)
     return ShardLoader(dataset, workers=workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
                        prefetch_factor=prefetch_factor, keys=keys and not train)

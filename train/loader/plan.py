@@ -10,6 +10,8 @@ once, in equal step counts per rank.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -36,6 +38,8 @@ class WorkerPlan:
     Repeated augmentation (``repeated_plan``): each sample of ``pieces`` is emitted ``repeat``
     times in a row after the shuffle (the first one ``head`` times), and ``shuffle_key`` replaces
     the rank in the shuffle seed, so ranks that read the same samples shuffle them alike.
+    ``stream`` (copies spread over micro-batches, ``spread_plan``): (virtual rank, its worker) of
+    this stream, which replace the rank in the crop seed and the worker in the shuffle seed.
     """
     pieces: tuple[Piece, ...]
     batch_sizes: tuple[int, ...]
@@ -43,6 +47,7 @@ class WorkerPlan:
     repeat: int = 1
     head: int = 1
     shuffle_key: int | None = None
+    stream: tuple[int, int] | None = None
 
     @property
     def num_samples(self) -> int:
@@ -72,7 +77,7 @@ def _pieces(sizes: list[int], order: list[int], start: int, stop: int) -> tuple[
 
 
 def epoch_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int, workers: int,
-               train: bool, seed: int = 0, epoch: int = 0, repeats: int = 1,
+               train: bool, seed: int = 0, epoch: int = 0, repeats: int = 1, accumulate: int = 1,
                remaining: np.ndarray | None = None) -> list[WorkerPlan]:
     """Per-worker plans of one rank for one epoch (``workers`` >= 1; use 1 for in-process loading).
 
@@ -81,7 +86,9 @@ def epoch_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int,
     left over are the ranks' spares (dropped unless they replace bad samples). Each sample is in
     at most one range. eval: manifest order, rank r gets ``[floor(rN/world), floor((r+1)N/world))``
     cut into batches of B (the last one partial) shared out to workers; every sample exactly once.
-    ``remaining`` (train only): the rest of an interrupted epoch, see ``rest_plan``.
+    ``remaining`` (train only): the rest of an interrupted epoch, see ``rest_plan``. ``repeats``
+    > 1: ``repeated_plan``; on fewer ranks than repeats with ``accumulate`` micro-batches per
+    optimizer step, ``spread_plan`` (then ``streams(...)`` plans, not ``workers``).
     """
     if remaining is not None:
         return rest_plan(sizes, remaining, batch_size=batch_size, rank=rank, world_size=world_size,
@@ -90,6 +97,9 @@ def epoch_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int,
         raise ValueError(f"bad plan arguments: batch_size={batch_size} rank={rank} "
                          f"world_size={world_size} workers={workers}")
     N = sum(sizes)
+    if train and repeats > 1 and spread(world_size, repeats, accumulate) > 1:
+        return spread_plan(sizes, batch_size=batch_size, rank=rank, world_size=world_size, workers=workers,
+                           seed=seed, epoch=epoch, repeats=repeats, accumulate=accumulate)
     if train and repeats > 1:
         return repeated_plan(sizes, batch_size=batch_size, rank=rank, world_size=world_size, workers=workers,
                              seed=seed, epoch=epoch, repeats=repeats)
@@ -168,6 +178,63 @@ def repeated_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: i
         plans.append(WorkerPlan(pieces, (batch_size,) * b, 0, repeat=e, head=e - k0 % e,
                                 shuffle_key=(rank * m) % U))
     return plans
+
+
+def spread(world_size: int, repeats: int, accumulate: int) -> int:
+    """Micro-batches per optimizer step that repeated augmentation's copies are spread over: with
+    ``repeats`` > 1 on fewer ranks than copies and ``accumulate`` > 1, ``accumulate``; else 1 (the
+    copies go to ranks alone: with ``world_size >= repeats`` they already land on distinct ones)."""
+    return accumulate if repeats > 1 and accumulate > 1 and world_size < repeats else 1
+
+
+def streams(workers: int, *, world_size: int, repeats: int = 1, accumulate: int = 1, train: bool = True) -> int:
+    """How many plans ``epoch_plan`` returns: ``workers``, or lcm(workers, A) when the copies are
+    spread over A micro-batches (``spread_plan``)."""
+    a = spread(world_size, repeats, accumulate) if train else 1
+    return workers if a == 1 else math.lcm(workers, a)
+
+
+def spread_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int, workers: int, seed: int,
+                epoch: int, repeats: int, accumulate: int) -> list[WorkerPlan]:
+    """Repeated augmentation with ``accumulate`` = A micro-batches per optimizer step on W < R ranks:
+    each (rank, micro-batch slot) is a virtual rank of ``repeated_plan`` on V = W x A ranks, slot
+    ``a`` of rank ``r`` being virtual rank ``a * W + r``, so the copies of a sample go to different
+    micro-batches (forwards) where V >= R, and into the same step where R divides V (the source's
+    placement on V ranks). The rank's batch j = s * A + a is batch s of slot a.
+
+    Returned: L = lcm(workers, A) streams; stream t is worker ``t // A`` of virtual rank
+    ``(t % A) * W + rank`` planned with ``L // A`` workers, and makes the rank's batches j with
+    ``j % L == t``; DataLoader worker ``i`` (plan worker ``i``) runs the streams ``t % workers == i``
+    and interleaves them in that order (``ShardDataset``). Each virtual rank has
+    ``nb_v = floor(floor(N // 256 * 256 / V) / B)`` batches, so the rank has A * nb_v: the
+    ``floor(nb / A)`` optimizer steps of ``repeated_plan``'s nb batches, without the trailing
+    ``nb % A`` that no step used.
+    """
+    a_n = accumulate
+    virtual, per = world_size * a_n, streams(workers, world_size=world_size, repeats=repeats,
+                                             accumulate=accumulate) // a_n
+    out: list[WorkerPlan | None] = [None] * (per * a_n)
+    for a in range(a_n):
+        v = a * world_size + rank
+        plans = repeated_plan(sizes, batch_size=batch_size, rank=v, world_size=virtual, workers=per, seed=seed,
+                              epoch=epoch, repeats=repeats)
+        for q, p in enumerate(plans):
+            out[q * a_n + a] = dataclasses.replace(p, stream=(v, q))
+    return out
+
+
+def ra_placement(*, world_size: int, repeats: int, accumulate: int = 1) -> dict | None:
+    """Where repeated augmentation's copies go, for the start record and recipe.json (None without it):
+    ``over`` ranks or micro-batches, ``slots`` (ranks x spread micro-batches), whether no forward
+    holds two copies of a sample (slots >= repeats) and whether a sample's copies share a step
+    (repeats divides slots or slots divides repeats)."""
+    if repeats <= 1:
+        return None
+    a = spread(world_size, repeats, accumulate)
+    slots = world_size * a
+    return {"repeats": repeats, "over": "micro-batches" if a > 1 else "ranks", "slots": slots,
+            "one_copy_per_forward": slots >= repeats,
+            "copies_in_one_step": slots % repeats == 0 or repeats % slots == 0}
 
 
 def repeat_counts(plan: WorkerPlan) -> list[int]:

@@ -45,10 +45,19 @@ def seed_of(*parts: int) -> int:
 
 def stream_seed(seed: int, epoch: int, rank: int, worker: int, plan: WorkerPlan) -> int:
     """The seed of one worker's shuffle buffer in one epoch. Repeated augmentation: ranks that read
-    the same samples (the same ``plan.shuffle_key``) shuffle them alike, so copies share a step."""
+    the same samples (the same ``plan.shuffle_key``) shuffle them alike, so copies share a step; a
+    stream of ``plan.spread_plan`` is seeded by its worker within its virtual rank."""
     if plan.shuffle_key is not None:
-        return seed_of(seed, epoch, plan.shuffle_key, worker, 3)
+        return seed_of(seed, epoch, plan.shuffle_key, worker if plan.stream is None else plan.stream[1], 3)
     return seed_of(seed, epoch, rank, worker, 1)
+
+
+def copies_rank(plan: WorkerPlan, rank: int) -> int | None:
+    """The rank that seeds the crops of ``plan`` (``crop_seed``): None without repeated
+    augmentation, the virtual rank for a stream of ``plan.spread_plan``, else ``rank``."""
+    if plan.shuffle_key is None:
+        return None
+    return rank if plan.stream is None else plan.stream[0]
 
 
 def crop_seed(seed: int, epoch: int, rank: int | None = None) -> int:

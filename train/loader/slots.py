@@ -18,6 +18,7 @@ earlier epoch) never frees a block of the current one.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 
@@ -47,15 +48,17 @@ def fresh_shared(shape: tuple) -> torch.Tensor:
 
 class SlotRing:
     """A worker's reusable batch blocks; ``take`` returns (tensor, slot, token, recycled), slot -1 for a
-    block outside the ring."""
+    block outside the ring. ``keep``: how many of the last blocks taken are never handed out again
+    (a worker interleaving ``keep`` streams: each stream's previous batch)."""
 
-    def __init__(self, board: torch.Tensor, worker: int):
+    def __init__(self, board: torch.Tensor, worker: int, keep: int = 1):
         self.board, self.worker = board, worker
         k = board.shape[1]
         self.blocks: list[torch.Tensor | None] = [None] * k
         self.tokens = [0] * k  # the token of each block's last use (0: never used)
         self.next_token = (int.from_bytes(os.urandom(5), "little") << 16) + 1  # < 2**56: an int64
-        self.last = -1  # the slot of the previous batch: the refill of a short batch may still read it
+        # the slots of the previous batch(es): the refill of a short batch may still read them
+        self.last: collections.deque = collections.deque(maxlen=max(1, keep))
 
     def take(self, shape: tuple) -> tuple[torch.Tensor, int, int, bool]:
         """A uint8 block of ``shape`` in shared memory that nobody holds any more."""
@@ -63,15 +66,16 @@ class SlotRing:
         self.next_token += 1
         row = self.board[self.worker].tolist()
         for k, block in enumerate(self.blocks):
-            if k == self.last:
+            if k in self.last:
                 continue
             if block is None or (self.tokens[k] and row[k] == self.tokens[k]):
                 recycled = block is not None and tuple(block.shape) == tuple(shape)
                 if not recycled:
                     block = self.blocks[k] = fresh_shared(shape)
-                self.tokens[k], self.last = token, k
+                self.tokens[k] = token
+                self.last.append(k)
                 return block, k, token, recycled
-        self.last = -1
+        self.last.append(-1)
         return fresh_shared(shape), -1, token, False
 
 
