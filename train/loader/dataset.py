@@ -129,23 +129,12 @@ class ShardDataset(IterableDataset):
         if len(plans) == workers:
             yield from self._stream(epoch, worker, plans[worker], cfg, info, self.shuffle_buffer)
             return
-        # copies spread over micro-batches: this worker's streams, in the order of the rank's batches
-        # they make (batch j is stream j % L's), from its first batch on; the buffer shared among them
+        # copies spread over micro-batches: this worker's streams from its first batch on, the buffer shared
         first = (int(self.resume_at[:, 0].sum()) if int(self.state[RESUMED]) == epoch else 0) + (
             info.id if info is not None else 0)
-        mine = [(first + n * workers) % len(plans) for n in range(len(plans) // workers)]
+        mine = plan_.worker_streams(first, workers, len(plans))
         buffer = -(-self.shuffle_buffer // len(mine))
-        streams = [self._stream(epoch, t, plans[t], cfg, info, buffer) for t in mine]
-        try:
-            while True:
-                for stream in streams:
-                    batch = next(stream, None)
-                    if batch is None:  # the rest are done too: they come after it in batch order
-                        return
-                    yield batch
-        finally:
-            for stream in streams:
-                stream.close()
+        yield from position.interleave([self._stream(epoch, t, plans[t], cfg, info, buffer) for t in mine])
 
     def _stream(self, epoch: int, worker: int, plan: WorkerPlan, cfg: DecodeConfig, info, buffer: int):
         """The batches of plan worker (stream) ``worker`` of ``epoch``, from its resume position on."""

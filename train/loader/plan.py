@@ -1,9 +1,9 @@
 """The epoch plan: which samples each worker of each rank reads and batches in one epoch. Pure functions.
 
-A pure function of (shard sizes, seed, epoch, rank, world size, workers, batch size, repeats),
-tested for its invariants (equal full batches per train rank, disjoint ranges, every eval sample
-exactly once; with repeated augmentation, each sample at most `repeats` times and on distinct
-ranks): see ``epoch_plan`` and docs/loader.md. ``rest_plan`` is the plan of what is left of an
+A pure function of (shard sizes, seed, epoch, rank, world size, workers, batch size, repeats,
+accumulate), tested for its invariants (equal full batches per train rank, disjoint ranges, every
+eval sample exactly once; with repeated augmentation, each sample at most `repeats` times and on
+distinct ranks, or with ``spread_plan`` distinct micro-batches): see ``epoch_plan`` and docs/loader.md. ``rest_plan`` is the plan of what is left of an
 epoch interrupted under another layout (world size or workers): every sample not yet seen, exactly
 once, in equal step counts per rank.
 """
@@ -192,6 +192,13 @@ def streams(workers: int, *, world_size: int, repeats: int = 1, accumulate: int 
     spread over A micro-batches (``spread_plan``)."""
     a = spread(world_size, repeats, accumulate) if train else 1
     return workers if a == 1 else math.lcm(workers, a)
+
+
+def worker_streams(first: int, workers: int, streams: int) -> list[int]:
+    """The streams (plans) a DataLoader worker whose first batch is the rank's batch ``first`` runs, in
+    the order their batches follow each other: batch j is stream ``j % streams``'s, and the worker
+    makes batches ``first, first + workers, ...``."""
+    return [(first + n * workers) % streams for n in range(streams // workers)]
 
 
 def spread_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int, workers: int, seed: int,

@@ -78,6 +78,21 @@ def worker_stream(items: Iterable, plan: WorkerPlan, buffer: int, seed: int) -> 
     return shuffle_buffer(items, buffer, rng)
 
 
+def interleave(streams: list[Iterator]) -> Iterator:
+    """A worker's streams' batches in turn (``plan.worker_streams``' order) until one has none for its
+    turn: the rank's batches left are a contiguous run, so that one is past its end and so are the rest."""
+    try:
+        while True:
+            for stream in streams:
+                batch = next(stream, None)
+                if batch is None:
+                    return
+                yield batch
+    finally:
+        for stream in streams:
+            stream.close()
+
+
 def consumed_stream(plan: WorkerPlan, n: int, buffer: int, seed: int, taken: int) -> list[int]:
     """Positions (0..n-1 in the worker's piece order) of the first ``taken`` records its stream
     emits: the same stream run on numbers instead of records."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from imagenet_shards.train.loader.plan import epoch_plan
+from imagenet_shards.train.loader.plan import epoch_plan, ra_placement
 from imagenet_shards.train.recipes import Recipe, get_recipe
 from imagenet_shards.train.trainer.config import TrainError, imagenet_1k_sizes
 from imagenet_shards.train.trainer.schedule import default_ramp, run_resolution, schedule_for
@@ -192,7 +192,7 @@ def steps_per_epoch_for(config, *, world_size: int, num_train: int) -> int:
     """Optimizer steps per epoch of `config` on `world_size` ranks over `num_train` samples: the
     loader's own epoch plan (loader/plan.py) for one rank, divided by --accumulate."""
     plans = epoch_plan([num_train], batch_size=config.batch_size, rank=0, world_size=world_size, workers=1,
-                       train=True, repeats=max(1, config.ra_reps))
+                       train=True, repeats=max(1, config.ra_reps), accumulate=max(1, config.accumulate))
     steps = sum(len(p.batch_sizes) for p in plans) // max(1, config.accumulate)
     return min(steps, config.limit_batches) if config.limit_batches else steps
 
@@ -258,6 +258,8 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         "random_erase": config.random_erase,
         "random_erase_fill": config.random_erase_fill,
         "ra_reps": config.ra_reps,
+        # where the copies go (loader/plan.py ra_placement): ranks, or the micro-batches of a step
+        "ra_placement": ra_placement(world_size=world_size, repeats=config.ra_reps, accumulate=config.accumulate),
         "ema": None if not config.ema else {"decay": config.ema, "every": config.ema_every, "ramp": config.ema_ramp,
                                             "copy_epochs": config.ema_copy_epochs},
         "amp": config.amp,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from imagenet_shards.train.augment.device import DeviceAugment
 from imagenet_shards.train.loader import activity
+from imagenet_shards.train.loader.plan import ra_placement
 from imagenet_shards.train.report.verdict import for_run
 from imagenet_shards.train.trainer.build import Parts
 from imagenet_shards.train.trainer.config import TrainConfig, TrainError
@@ -83,6 +84,14 @@ def _recipe_record(config: TrainConfig, info: DistInfo, out: Path, parts: Parts,
         write_atomic(out / "recipe.json", (json.dumps(resolved, indent=1, sort_keys=True) + "\n").encode())
     return {"recipe": config.recipe, "recipe_overrides": config.recipe_overrides,
             "recipe_scaling": config.recipe_scaling, **adapted}
+
+
+def _ra_record(config: TrainConfig, info: DistInfo) -> dict:
+    """The start record's repeated-augmentation placement (loader/plan.py ``ra_placement``), with --ra-reps > 1."""
+    if config.ra_reps <= 1:
+        return {}
+    return {"ra_placement": ra_placement(world_size=info.world_size, repeats=config.ra_reps,
+                                         accumulate=config.accumulate)}
 
 
 def summary_line(config: TrainConfig, result: dict, best: float | None) -> str | None:
@@ -171,6 +180,7 @@ class Run:
                         cores_per_rank=run.cores_per_rank, batch_size=config.batch_size, arch=config.arch,
                         device=info.device.type, global_batch=config.batch_size * info.world_size * config.accumulate,
                         lr_peak=parts.lr, best_metric=config.best_metric, **_recipe_record(config, info, run.out, parts, num_train),
+                        **_ra_record(config, info),
                         **({"resumed": resumed} if resumed else {}))
         print0(info, f"metrics: {run.out / 'metrics.jsonl'}; " + (
             f"TensorBoard events: {run.metrics.tensorboard_dir} (tensorboard --logdir {run.out})"

@@ -189,6 +189,16 @@ def test_torchvision_v2_record_schedule_against_torch_and_ema_adjustment():
     d = show("--recipe", "tv-rn50-v2", "--world-size", "8")
     # RASampler: floor(N // 256 * 256 / 8) samples per rank, in batches of 128
     assert d["steps_per_epoch"] == (N // 256 * 256 // 8) // 128
+    # where the 4 copies go: 8 ranks; on 1 and 2 GPUs the accumulated micro-batches take the source's 8
+    # ranks' places (the same steps an epoch); 3 GPUs x 3: 9 slots, one copy per forward, not one step
+    assert d["ra_placement"] == {"repeats": 4, "over": "ranks", "slots": 8, "one_copy_per_forward": True,
+                                 "copies_in_one_step": True}
+    for world, placement in ((1, ("micro-batches", 8, True)), (2, ("micro-batches", 8, True)),
+                             (3, ("micro-batches", 9, False))):
+        few = show("--recipe", "tv-rn50-v2", "--world-size", str(world))
+        got = few["ra_placement"]
+        assert (got["over"], got["slots"], got["copies_in_one_step"]) == placement and got["one_copy_per_forward"]
+        assert few["steps_per_epoch"] == (N // 256 * 256 // world) // (few["batch_size_per_gpu"] * few["accumulate"])
     # train.py: adjust = world_size * batch_size * model_ema_steps / epochs; decay = 1 - min(1, (1 - d) * adjust)
     assert d["ema"]["decay"] == pytest.approx(1 - (1 - 0.99998) * 8 * 128 * 32 / 600)
     assert adjusted_ema_decay(0.99998, global_batch=1024, every=32, epochs=600) == d["ema"]["decay"]
