@@ -74,6 +74,18 @@ def test_copies_go_to_different_micro_batches_of_one_step(world, accumulate, wor
             assert D.epoch_plan(SIZES, accumulate=accumulate, **kw) == D.epoch_plan(SIZES, **kw)
 
 
+@pytest.mark.parametrize("world,accumulate", [(1, 8), (2, 4), (3, 3)])
+def test_what_an_epoch_shows_does_not_depend_on_the_worker_count(world, accumulate):
+    """The samples an epoch shows, with their counts (what data_fingerprint hashes), and each rank's
+    steps: the same for 1, 2, 3 and 8 workers (only the order within a slot's stream changes)."""
+    shown = []
+    for workers in (1, 2, 3, 8):
+        ranks = [rank_batches(SIZES, rank=r, world=world, workers=workers, accumulate=accumulate, bs=4)
+                 for r in range(world)]
+        shown.append((Counter(i for b in ranks for batch in b for i in batch), [len(b) for b in ranks]))
+    assert all(s == shown[0] for s in shown)
+
+
 def test_fewer_slots_than_copies_and_the_plain_plan():
     """1 x 2 slots for 4 copies: each slot shows its samples twice in a row (torchvision on 2 GPUs), both
     slots the same samples in the same step; without repeats accumulate changes nothing."""
