@@ -3,9 +3,9 @@
 A pure function of (shard sizes, seed, epoch, rank, world size, workers, batch size, repeats,
 accumulate), tested for its invariants (equal full batches per train rank, disjoint ranges, every
 eval sample exactly once; with repeated augmentation, each sample at most `repeats` times and on
-distinct ranks, or with ``spread_plan`` distinct micro-batches): see ``epoch_plan`` and docs/loader.md. ``rest_plan`` is the plan of what is left of an
-epoch interrupted under another layout (world size or workers): every sample not yet seen, exactly
-once, in equal step counts per rank.
+distinct ranks, or with ``spread_plan`` distinct micro-batches): see ``epoch_plan`` and
+docs/loader.md. ``rest_plan`` is the plan of what is left of an epoch interrupted under another
+layout (world size or workers): every sample not yet seen, exactly once, in equal step counts per rank.
 """
 
 from __future__ import annotations
@@ -206,8 +206,8 @@ def spread_plan(sizes: list[int], *, batch_size: int, rank: int, world_size: int
     """Repeated augmentation with ``accumulate`` = A micro-batches per optimizer step on W < R ranks:
     each (rank, micro-batch slot) is a virtual rank of ``repeated_plan`` on V = W x A ranks, slot
     ``a`` of rank ``r`` being virtual rank ``a * W + r``, so the copies of a sample go to different
-    micro-batches (forwards) where V >= R, and into the same step where R divides V (the source's
-    placement on V ranks). The rank's batch j = s * A + a is batch s of slot a.
+    micro-batches (forwards) where V >= R, and into the same step where R divides V or V divides R
+    (the source's placement on V ranks). The rank's batch j = s * A + a is batch s of slot a.
 
     Returned: L = lcm(workers, A) streams; stream t is worker ``t // A`` of virtual rank
     ``(t % A) * W + rank`` planned with ``L // A`` workers, and makes the rank's batches j with
