@@ -158,7 +158,8 @@ V2 = Recipe(
     },
     changes=COMMON_CHANGES + (
         "repeated augmentation: like torchvision's RASampler, each rank gets floor(N // 256 * 256 / W) samples an "
-        "epoch, ~N/4 distinct ones each shown 4 times on 4 different ranks in the same step; the distinct "
+        "epoch, ~N/4 distinct ones each shown 4 times on 4 different ranks in the same step (on fewer than 4 GPUs in "
+        "4 different accumulated micro-batches of the step: docs/loader.md); the distinct "
         "samples are a random quarter of the shards (the loader streams shards), where torchvision draws a "
         "random quarter of the samples",
         "random erasing: torchvision erases area fractions in [0.02, 0.33], ours in [0.02, 1/3] (timm's bound); "

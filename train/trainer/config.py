@@ -252,7 +252,8 @@ class TrainConfig:
                          "RandAugment string such as rand-m6-mstd0.5-inc1 (not with --gpu-decode)")
     ra_reps: int = flag(1, type=positive_int, metavar="R",  # loader/plan.py
                         help="repeated augmentation: ~1/R of the samples an epoch, each R times (torchvision "
-                             "--ra-reps)")
+                             "--ra-reps), the copies on different ranks or, on fewer than R with --accumulate, in "
+                             "different accumulated batches of a step")
     mixup: float = flag(0.0, metavar="ALPHA")
     cutmix: float = flag(0.0, metavar="ALPHA")
     random_erase: float = flag(0.0, metavar="P")
