@@ -353,7 +353,7 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
                 val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False,
                 readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy(), bad_shards: str = "stop",
-                verify: bool = True, interpolation: str = "bilinear") -> ShardLoader:
+                verify: bool = True, interpolation: str = "bilinear", dct_scaling: str = "auto") -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
@@ -368,7 +368,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     (xxh3_128, else sha256; ``reading.read_shard``); ``bad_shards``: what a shard that fails does,
     ``"stop"`` (a ``ShardDigestError`` naming it) or ``"skip"`` (its samples counted as bad samples,
     with the reason). ``interpolation``: the crops' filter, bilinear or bicubic, or for train crops
-    random (timm's per-image choice; ``augment.interpolation``)."""
+    random (timm's per-image choice; ``augment.interpolation``). ``dct_scaling``: ``"off"`` decodes
+    every JPEG crop at full size instead of libjpeg's 1/2, 1/4, 1/8 scale (``decode.DCT_SCALINGS``)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -385,10 +386,12 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
         raise ValueError(f"bad_shards must be one of {', '.join(BAD_SHARDS)}, got {bad_shards!r}")
     dec.make_aug(aug)  # validate the name early
     interp.check(interpolation, train=train)
+    dec.check_dct_scaling(dct_scaling)
     manifest = read_manifest(data)
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
-                       val_ratio=val_crop_ratio, interpolation=interpolation, form=manifest_form(manifest))
+                       val_ratio=val_crop_ratio, interpolation=interpolation, form=manifest_form(manifest),
+                       dct_scaling=dct_scaling)
     shards = split_shards(manifest, data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,
