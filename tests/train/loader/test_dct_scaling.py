@@ -137,3 +137,20 @@ def test_the_trainer_flag_reaches_both_loaders_and_is_recorded(big_shards, tmp_p
 def test_the_flags_choices_are_the_loaders():
     action = next(a for a in cli.build_parser()._actions if a.dest == "dct_scaling")
     assert tuple(action.choices) == dec.DCT_SCALINGS
+
+
+@pytest.mark.parametrize("name", ["tv-rn50-v1", "tv-rn50-v2", "rsb-a3-rn50"])
+def test_full_decode_recipes_select_it_cited_and_an_override_is_recorded(name, capsys):
+    """The recipes whose source decodes in full record dct_scaling off with our measurement as the cite
+    (docs/recipes.md 'Shard settings'); --dct-scaling auto on them is an override."""
+    assert cli.main(["--recipe", name, "--show"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["dct_scaling"] == "off" and "bench_resize_paths" in d["cites"]["dct_scaling"]
+    assert cli.main(["--recipe", name, "--show", "--dct-scaling", "auto"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["dct_scaling"] == "auto" and d["overrides"]["dct_scaling"] == "off"
+
+
+def test_ffcv_recipes_keep_auto(capsys):
+    assert cli.main(["--recipe", "ffcv-rn50-16", "--show"]) == 0
+    assert json.loads(capsys.readouterr().out)["dct_scaling"] == "auto"
