@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--res", type=int, default=224, help="output crop size in pixels (default 224)")
     p.add_argument("--dct-scaling", default="auto", choices=dec.DCT_SCALINGS,
                    help="our loader's JPEG crops: auto (1/2, 1/4, 1/8 DCT-domain decode where the crop stays at "
-                        "least the output size) or off (always at full size; train-imagenet --dct-scaling)")
+                        "least the output size) or off (always at full size; train-imagenet --dct-scaling); default auto")
     p.add_argument("--rounds", type=int, default=None,
                    help="timed rounds; the median round is reported, and the best beside it "
                         "(default 1, or 3 with --compare: the loaders take turns)")
