@@ -1,12 +1,21 @@
 """How close each source's resize path and ours come to the original image (issue 30, item 5).
 
-    nice -n 10 python bench/bench_resize_paths.py [--images 300] [--crops 2] [--seed 0] [--json]
+    nice -n 10 python bench/bench_resize_paths.py [--corpus synthetic|real] [--images 300] [--crops N]
+        [--seed 0] [--json]
 
-Corpus: synthetic photo-like JPEGs (`images.photo_bytes`, `make-synthetic-imagenet --imagenet-like`'s
+Corpus `synthetic` (the default): synthetic photo-like JPEGs (`images.photo_bytes`, `make-synthetic-imagenet --imagenet-like`'s
 pictures: hard-edged shapes, texture at several scales and sensor grain over a smooth field, q75..95,
 4:2:0), sizes from `imagenet_like_size` (ImageNet's spread: mostly 500x375 / 500x333 and portrait
 forms, ~17 % with a longer side over 500 px; those over 2000 px are redrawn to keep the run short).
-Neither the repository nor shared/reference holds real photos, so the corpus is synthetic.
+
+Corpus `real`: the 12 real colour photographs bundled in two PyPI wheels and matplotlib (`REAL_PHOTOS`:
+scikit-image's astronaut, chelsea, coffee, ihc, motorcycle_left/right (lossless PNGs), hubble_deep_field,
+retina, rocket (JPEGs); scikit-learn's china, flower; matplotlib's grace_hopper), read straight from
+the wheels' zips (`pip download --no-deps scikit-image scikit-learn` into a user cache folder, once;
+nothing is installed). Small and not ImageNet: 12 images, 451-1411 px, 11 over 500 px, many crops
+each (`--crops` default 40). A PNG is encoded as JPEG q90 4:2:0 (Pillow's), which every path then
+starts from, and the reference is the PNG itself (the scene before any JPEG loss); a JPEG is used as
+it is, its full decode the reference.
 
 Each crop box is drawn once in original-image pixels (train: `RandomResizedCrop` scale (0.08, 1),
 ratio (3/4, 4/3); val: torchvision's Resize + CenterCrop, or FFCV's ratio crop) and every path
@@ -26,7 +35,9 @@ The reference is the original JPEG decoded at full size, the box resampled by La
   longer side 500, LANCZOS, re-encoded q90), then the loader's crop (`decode._crop`: the turbo region
   decoder where built, with its 1/2, 1/4, 1/8 DCT scaling, else Pillow's draft path);
 - `ours-none`: the same with `--resize none` (`ImagePolicy(resize="none")`: the original's DCT
-  coefficients kept, restart markers added), then the same crop.
+  coefficients kept, restart markers added), then the same crop;
+- `ours-none-full`: the same stored bytes and box with the loader's `dct_scaling="off"`
+  (train-imagenet `--dct-scaling off`): the region decoded at full size, then resampled.
 
 Per crop: PSNR (dB, peak 255) and the largest absolute error (0..255) against the reference, plus
 PSNR against `source`'s output itself, and the paired gap (a path's PSNR minus source's on the same
@@ -49,7 +60,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageChops, ImageStat
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
@@ -59,6 +70,13 @@ from imagenet_shards.train.loader import decode as dec
 
 PEER_PYTHON = Path.home() / ".cache" / "imagenet-shards-peers" / "ffcv" / "bin" / "python"
 FFCV_MAX_RES = 500  # ffcv-imagenet's ResNet-50 set (README 'Training Details'); ResNet-18's 400 is not run
+# the real corpus: (wheel's distribution, member) or ("matplotlib", path under mpl-data)
+REAL_PHOTOS = tuple(("scikit_image", f"skimage/data/{n}.png") for n in (
+    "astronaut", "chelsea", "coffee", "ihc", "motorcycle_left", "motorcycle_right")) + tuple(
+    ("scikit_image", f"skimage/data/{n}.jpg") for n in ("hubble_deep_field", "retina", "rocket")) + (
+    ("scikit_learn", "sklearn/datasets/images/china.jpg"), ("scikit_learn", "sklearn/datasets/images/flower.jpg"),
+    ("matplotlib", "sample_data/grace_hopper.jpg"))
+PNG_QUALITY = 90
 # (name, kind, output px, filter, val resize or FFCV ratio)
 SETTINGS = (
     ("train RRC 224, bilinear (torchvision)", "train", 224, "bilinear", None),
@@ -98,6 +116,10 @@ np.savez(sys.argv[2], **out)
 """
 
 
+class CorpusError(RuntimeError):
+    """The real corpus cannot be had (pip cannot fetch the wheels, a member is missing or not colour)."""
+
+
 def corpus(n: int, seed: int) -> list[bytes]:
     """`n` photo-like JPEGs with ImageNet's size spread (longer side <= 2000 px)."""
     styles, out = class_styles(10, seed), []
@@ -108,6 +130,68 @@ def corpus(n: int, seed: int) -> list[bytes]:
             w, h = imagenet_like_size(rng)
         out.append(photo_bytes(styles[i % 10], rng, w, h, int(rng.integers(75, 96)))[0])
     return out
+
+
+def photo_cache() -> Path:
+    """Where the wheels of the real corpus are kept: $XDG_CACHE_HOME (else ~/.cache)/imagenet-shards/photo-wheels."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagenet-shards" / "photo-wheels"
+
+
+def photo_wheels(cache: Path) -> dict[str, Path]:
+    """{distribution: wheel} of scikit-image and scikit-learn in `cache`, fetched there with `pip
+    download --no-deps` when absent; CorpusError in one line when pip cannot."""
+    def found():
+        return {d: sorted(cache.glob(f"{d}-*.whl"))[-1] for d in ("scikit_image", "scikit_learn")
+                if list(cache.glob(f"{d}-*.whl"))}
+    if len(found()) < 2:
+        cache.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "scikit-image",
+                               "scikit-learn", "-d", str(cache)], capture_output=True, text=True)
+        if done.returncode != 0 or len(found()) < 2:
+            why = (done.stderr.strip().splitlines() or ["no wheel saved"])[-1]
+            raise CorpusError(f"cannot fetch the real-photo corpus: `pip download --no-deps scikit-image scikit-learn "
+                              f"-d {cache}` failed ({why}); run it by hand where the package registry is reachable, "
+                              f"or use --corpus synthetic")
+    return found()
+
+
+def _colour(img: Image.Image, name: str) -> Image.Image:
+    """`img` as RGB; CorpusError unless its channels differ (a colour picture, not grey in RGB)."""
+    rgb = img.convert("RGB")
+    r, g, b = rgb.split()
+    spread = sum(ImageStat.Stat(ImageChops.difference(x, y)).mean[0] for x, y in ((r, g), (g, b)))
+    if img.mode not in ("RGB", "RGBA") or spread < 4:
+        raise CorpusError(f"{name} is not a colour image (mode {img.mode}, mean channel difference {spread:.1f})")
+    return rgb
+
+
+def real_corpus(cache: Path) -> tuple[list[str], list[bytes], list[Image.Image], list[str]]:
+    """(names, JPEG bytes, references, wheel file names) of `REAL_PHOTOS`: a PNG encoded as JPEG
+    q`PNG_QUALITY` with the PNG as its reference, a JPEG as it is with its full decode."""
+    import zipfile
+    wheels = photo_wheels(cache)
+    names, jpegs, refs = [], [], []
+    for dist, member in REAL_PHOTOS:
+        if dist == "matplotlib":
+            import matplotlib
+            path = Path(matplotlib.get_data_path()) / member
+            if not path.is_file():
+                raise CorpusError(f"{path} is missing: the matplotlib in this environment has no sample data")
+            data = path.read_bytes()
+        else:
+            with zipfile.ZipFile(wheels[dist]) as z:
+                if member not in z.namelist():
+                    raise CorpusError(f"{wheels[dist].name} has no {member}")
+                data = z.read(member)
+        ref = _colour(Image.open(io.BytesIO(data)), member)
+        if member.endswith(".png"):
+            buf = io.BytesIO()
+            ref.save(buf, "JPEG", quality=PNG_QUALITY)
+            data = buf.getvalue()
+        names.append(Path(member).stem)
+        jpegs.append(data)
+        refs.append(ref)
+    return names, jpegs, refs, [w.name for w in wheels.values()]
 
 
 def boxes(width: int, height: int, crops: int, rng: random.Random) -> list[tuple]:
@@ -143,13 +227,14 @@ def source_path(original: Image.Image, setting: tuple, box: tuple) -> np.ndarray
     return np.asarray(F.resized_crop(original, top, left, h, w, [size, size], interpolation=mode, antialias=True))
 
 
-def ours(stored: bytes, orig_size: tuple[int, int], setting: tuple, box: tuple) -> np.ndarray:
-    """The loader's crop of the same box (scaled to the stored image) from prepare-shards' stored bytes."""
+def ours(stored: bytes, orig_size: tuple[int, int], setting: tuple, box: tuple, dct_scaling: str = "auto") -> np.ndarray:
+    """The loader's crop of the same box (scaled to the stored image) from prepare-shards' stored bytes,
+    with the loader's ``dct_scaling``."""
     _, _, size, filt, _ = setting
     (w, h), img = dec._open_size(stored, dec.AUTO_DECODER)  # the loader's own crop step, given our box
     sx, sy = w / orig_size[0], h / orig_size[1]
     top, left, bh, bw = box
-    chw = dec._crop(stored, img, (top * sy, left * sx, bh * sy, bw * sx), size, None, False, filt)
+    chw = dec._crop(stored, img, (top * sy, left * sx, bh * sy, bw * sx), size, None, False, filt, dct_scaling)
     return np.ascontiguousarray(chw.transpose(1, 2, 0))
 
 
@@ -186,11 +271,17 @@ def _summary(v: list[tuple]) -> dict:
             "crops": len(v)}
 
 
-def measure(n: int, crops: int, seed: int) -> dict:
-    """Per setting, image group (all, <=500, >500 px) and path: the `_summary` of its crops."""
-    jpegs = corpus(n, seed)
+def measure(n: int, crops: int, seed: int, real: bool = False, cache: Path | None = None) -> dict:
+    """Per setting, image group (all, <=500, >500 px) and path: the `_summary` of its crops; `real`:
+    the real corpus (`real_corpus`, `n` unused), else `n` synthetic images."""
+    names, wheels = None, None
+    if real:
+        names, jpegs, refs, wheels = real_corpus(cache or photo_cache())
+    else:
+        jpegs = corpus(n, seed)
     rng = random.Random(seed)
     originals = [Image.open(io.BytesIO(b)).convert("RGB") for b in jpegs]
+    refs = refs if real else originals
     jobs = [boxes(*img.size, crops, rng) for img in originals]
     with tempfile.TemporaryDirectory(prefix="bench-resize-") as tmp:
         ffcv = run_ffcv(jpegs, jobs, Path(tmp))
@@ -201,9 +292,10 @@ def measure(n: int, crops: int, seed: int) -> dict:
                   "ours-none": process_image(data, ImagePolicy(resize="none")).data}
         for k, (s, box) in enumerate(jobs[i]):
             setting = SETTINGS[s]
-            ref = reference(original, box, setting[2])
+            ref = reference(refs[i], box, setting[2])
             src = source_path(original, setting, box)
-            outs = {"source": src, **{p: ours(b, original.size, setting, box) for p, b in stored.items()}}
+            outs = {"source": src, **{p: ours(b, original.size, setting, box) for p, b in stored.items()},
+                    "ours-none-full": ours(stored["ours-none"], original.size, setting, box, "off")}
             if ffcv is not None:
                 outs.update({f"ffcv-{v}": ffcv[f"{v}_{i}_{k}"] for v in ("jpg", "raw")})
             src_psnr = errors(src, ref)[0]
@@ -215,13 +307,13 @@ def measure(n: int, crops: int, seed: int) -> dict:
                         (psnr, worst, vs_src, psnr - src_psnr))
     table = {name: {group: {path: _summary(v) for path, v in paths.items()} for group, paths in groups.items()}
              for name, groups in rows.items()}
-    return {"images": n, "over_500": sum(max(o.size) > 500 for o in originals), "crops_per_train_setting": crops,
-            "seed": seed, "ffcv": "run" if ffcv is not None else "not run (no FFCV peer venv)", "table": table}
+    return {"corpus": "real" if real else "synthetic", "names": names, "wheels": wheels, "images": len(jpegs),
+            "over_500": sum(max(o.size) > 500 for o in originals), "crops_per_train_setting": crops, "seed": seed, "ffcv": "run" if ffcv is not None else "not run (no FFCV peer venv)", "table": table}
 
 
 def print_table(result: dict) -> None:
-    print(f"{result['images']} photo-like images ({result['over_500']} over 500 px), seed {result['seed']}; "
-          f"FFCV: {result['ffcv']}")
+    kind = "real photos (" + ", ".join(result["names"]) + ")" if result["names"] else "photo-like images"
+    print(f"{result['images']} {kind} ({result['over_500']} over 500 px), seed {result['seed']}; FFCV: {result['ffcv']}")
     print("PSNR dB against the float Lanczos reference of the original / mean max abs error / PSNR against source; "
           "gap: PSNR minus source's, ± its standard error")
     for name, groups in result["table"].items():
@@ -234,15 +326,23 @@ def print_table(result: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--images", type=int, default=300)
-    ap.add_argument("--crops", type=int, default=2, help="random crops per image per train setting")
+    ap.add_argument("--corpus", choices=("synthetic", "real"), default="synthetic",
+                    help="synthetic photo-like JPEGs (default) or the 12 real photos of REAL_PHOTOS")
+    ap.add_argument("--images", type=int, default=300, help="synthetic corpus: how many images (default 300)")
+    ap.add_argument("--crops", type=int, default=None,
+                    help="random crops per image per train setting (default 2 synthetic, 40 real)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
     args = ap.parse_args(argv)
-    if args.images < 1 or args.crops < 1:
+    crops = args.crops if args.crops is not None else (40 if args.corpus == "real" else 2)
+    if args.images < 1 or crops < 1:
         ap.error("--images and --crops must be at least 1")
     t0 = time.perf_counter()
-    result = measure(args.images, args.crops, args.seed)
+    try:
+        result = measure(args.images, crops, args.seed, real=args.corpus == "real")
+    except CorpusError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     result["load_avg"] = os.getloadavg()
     if args.json:

@@ -18,7 +18,11 @@ shared machine), in microseconds per image:
   ``... region decode`` (header, geometry, and libjpeg decoding only the restart cells around the
   crop) and ``... resample into the slot`` (the bilinear resample straight into the CHW planes);
 - ``decode_train``: the whole per-sample call (crop parameters in Python, the C call, fall-backs);
-- ``batches()``: the loader's batching stage over the records (decode + per-sample Python + assembly).
+- ``batches()``: the loader's batching stage over the records (decode + per-sample Python + assembly);
+- ``dct_scaling auto / off``: the train crops' ``crop_into`` and the val crop's ``decode_val`` (resize
+  ``res * 256 / 224``) with the loader's 1/2, 1/4, 1/8 DCT scaling and without it (``scale=8``:
+  train-imagenet ``--dct-scaling off``), interleaved three times, the best of each, with the share of
+  crops auto decodes scaled; the ratio off / auto is the cost of the full-size decode.
 The difference between ``batches()`` and ``decode_train`` is per-sample Python; the loader all in
 (its worker and main process, shuffle buffer, hand-off) is bench-loader's images per CPU-second.
 """
@@ -90,7 +94,31 @@ def profile(data: str, *, images: int, res: int) -> dict:
     for _ in batches(iter(recs), [64] * (n // 64), cfg, 0, fill=True):
         pass
     out["batches()"] = (time.process_time() - t0) / (64 * (n // 64))
+    out.update(dct_scaling_rows(jpgs, crops, sizes, res))
     return out
+
+
+def dct_scaling_rows(jpgs: list[bytes], crops: list, sizes: list, res: int) -> dict:
+    """CPU seconds per image of the train crops (``crop_into``) and val crops (``decode_val``) with
+    dct scaling auto and off (best of 3 interleaved), and the shares of crops auto scales."""
+    slot = np.empty((3, res, res), np.uint8)
+    resize = round(res * 256 / 224)
+    val_boxes = [dec.center_crop_params(w, h, resize, res) for w, h in sizes]
+    best: dict = {}
+    for _ in range(3):
+        for mode, num in (("auto", 0), ("off", 8)):
+            t = _cpu(lambda jc: _jpegcrop.crop_into(jc[0], slot, *jc[1][0], jc[1][1], scale=num), zip(jpgs, crops))
+            name = f"train crop_into, dct_scaling {mode}"
+            best[name] = min(best.get(name, 1e9), t / len(jpgs))
+            t = _cpu(lambda j: dec.decode_val(j, resize=resize, crop=res, decoder="turbo", out=slot, dct_scaling=mode),
+                     jpgs)
+            name = f"val decode_val, dct_scaling {mode}"
+            best[name] = min(best.get(name, 1e9), t / len(jpgs))
+    for kind in ("train crop_into", "val decode_val"):
+        best[f"{kind}: off / auto"] = best[f"{kind}, dct_scaling off"] / best[f"{kind}, dct_scaling auto"]
+    best["train crops auto scales"] = sum(dec._dct_reduction(b[3], b[2], res, res) > 1 for b, _ in crops) / len(crops)
+    best["val crops auto scales"] = sum(dec._dct_reduction(b[3], b[2], res, res) > 1 for b in val_boxes) / len(crops)
+    return best
 
 
 def main(argv=None) -> int:
@@ -102,7 +130,7 @@ def main(argv=None) -> int:
     r = profile(args.data, images=args.images, res=args.res)
     print(f"{r.pop('images')} images, {r.pop('mean_kb'):.0f} KB mean; CPU microseconds per image:")
     for k, v in r.items():
-        print(f"  {k:34s} {v * 1e6:8.0f}")
+        print(f"  {k:38s} {v:8.2f}" if k.endswith(("off / auto", "scales")) else f"  {k:38s} {v * 1e6:8.0f}")
     return 0
 
 

@@ -57,7 +57,7 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
             res: int = 224, warmup: int = 5, rounds: int = 3, also_decoders: Iterable[str] | None = None,
             peers: str | None = None, seed: int = 0, progress: Callable[[str], None] | None = None,
             split: str = "train", work: str | None = None, only: Iterable[str] | None = None,
-            forms: dict[str, str] | None = None) -> list[dict]:
+            forms: dict[str, str] | None = None, dct_scaling: str = "auto") -> list[dict]:
     """Rows {name, images_per_s (median of rounds), images_per_s_best, images_per_s_per_worker, images_per_cpu_s,
     speedup (ours / theirs, median wall clock), speedup_cpu (by images per CPU-second), bytes_per_image
     (what the row reads per image: our shards, the image files, a peer's own dataset file), note} on
@@ -65,7 +65,7 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
     shorter side to ``res * 256 / 224``, crop ``res``) for every row. A row that could not run has None
     figures and a ``not run: ...`` note. ``only``: the rows to run (names, or their beginnings; our
     first row always runs); ``work``: a folder kept for the next call (the image files and FFCV's
-    dataset files are written once), default a temporary one.
+    dataset files are written once), default a temporary one. ``dct_scaling``: our rows' (``decode.DCT_SCALINGS``).
 
     The first row is our loader with ``decoder``; ``also_decoders`` (default: ``pil`` when that is
     not the decoder already) adds our loader with those decoders as rows of their own, so the table
@@ -90,7 +90,7 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
         _folder_export(shards, folder, progress)
         shard_bytes, file_bytes = _mean_bytes(shards, folder)
         ours = _our_rows(table, data, forms or {}, decoder, also_decoders, shard_bytes,
-                         dict(split=split, workers=workers, batch_size=batch_size, res=res))
+                         dict(split=split, workers=workers, batch_size=batch_size, res=res, dct_scaling=dct_scaling))
         _baseline_rows(table, shards, folder, shard_bytes, file_bytes,
                        dict(res=res, batch_size=batch_size, workers=workers, train=split == "train"))
         setup = dict(folder=str(folder), work=str(tmp), res=res, batch_size=batch_size, workers=workers, seed=seed,

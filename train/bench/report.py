@@ -58,7 +58,8 @@ def _fmt(v, spec):
 def text_lines(result: dict, *, workers: int, batch_size: int, batches: int, rounds: int) -> list[str]:
     """The human-readable report of a ``bench-loader`` result (with its ``compare`` rows, if any)."""
     lines = [f"{result['images_per_s']:.1f} images/s overall, {result['images_per_s_per_worker']:.1f} images/s per "
-             f"worker ({workers} workers, batch {batch_size}, {result['res']}px, decoder {result['decoder']}, "
+             f"worker ({workers} workers, batch {batch_size}, {result['res']}px, decoder {result['decoder']}"
+             f"{', dct scaling off' if result.get('dct_scaling') == 'off' else ''}, "
              f"split {result['split']}; median of {rounds} rounds of {batches} batches, "
              f"best {result['images_per_s_best']:.1f})"]
     if result.get("images_per_cpu_s"):

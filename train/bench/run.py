@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decoder", default="auto", choices=dec.DECODERS,
                    help=f"JPEG decoder of our loader (default auto: {dec.AUTO_DECODER} here)")
     p.add_argument("--res", type=int, default=224, help="output crop size in pixels (default 224)")
+    p.add_argument("--dct-scaling", default="auto", choices=dec.DCT_SCALINGS,
+                   help="our loader's JPEG crops: auto (1/2, 1/4, 1/8 DCT-domain decode where the crop stays at "
+                        "least the output size) or off (always at full size; train-imagenet --dct-scaling); default auto")
     p.add_argument("--rounds", type=int, default=None,
                    help="timed rounds; the median round is reported, and the best beside it "
                         "(default 1, or 3 with --compare: the loaders take turns)")
@@ -85,14 +88,14 @@ def main(argv=None) -> int:
         torch.set_num_threads(1)  # per-core numbers: no intra-op threads in the main process either
     say = (lambda m: None) if args.json else (lambda m: print(f"[bench-loader] {m}", file=sys.stderr, flush=True))
     common = dict(workers=args.workers, batches=args.batches, batch_size=args.batch_size, decoder=args.decoder,
-                  res=args.res, warmup=args.warmup)
+                  res=args.res, warmup=args.warmup, dct_scaling=args.dct_scaling)
     try:
         if args.compare:
             rows = compare(args.data, rounds=args.rounds, peers=args.peers, progress=say, split=args.split, **common)
             result = {k: rows[0][k] for k in ("images_per_s", "images_per_s_best", "images_per_s_per_worker",
                                               "images_per_cpu_s")}
             result.update(workers=args.workers, batch_size=args.batch_size, res=args.res, split=args.split,
-                          decoder=dec.resolve_decoder(args.decoder), rounds=args.rounds,
+                          decoder=dec.resolve_decoder(args.decoder), rounds=args.rounds, dct_scaling=args.dct_scaling,
                           images=args.rounds * args.batches * args.batch_size, compare=rows)
         else:
             result = measure_loader(args.data, split=args.split, rounds=args.rounds, **common)

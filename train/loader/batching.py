@@ -88,6 +88,7 @@ class DecodeConfig:
     val_ratio: float | None = None  # FFCV's centre crop of this ratio, resized to val_crop (decode_val)
     interpolation: str = "bilinear"  # the crops' filter (augment.interpolation; "random": train only)
     form: str = "jpeg"  # the set's stored form (format.manifest.manifest_form)
+    dct_scaling: str = "auto"  # JPEG crops: decode.DCT_SCALINGS ("off": every crop at full size)
 
     @property
     def out_size(self) -> int:
@@ -113,7 +114,8 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
                                    hflip=cfg.hflip, out=slot, interpolation=cfg.interpolation)
         else:
             img = dec.decode_train(rec.jpg, res=cfg.res, rng=rng, scale=cfg.scale, ratio=cfg.ratio,
-                                   hflip=cfg.hflip, decoder=cfg.decoder, out=slot, interpolation=cfg.interpolation)
+                                   hflip=cfg.hflip, decoder=cfg.decoder, out=slot, interpolation=cfg.interpolation,
+                                   dct_scaling=cfg.dct_scaling)
         if aug is not None:
             t = torch.from_numpy(np.ascontiguousarray(img))
             img = dec.apply_aug(aug, t, rng.getrandbits(63)).numpy()
@@ -125,7 +127,7 @@ def decode_record(rec: Record, cfg: DecodeConfig, rng: random.Random, aug=None,
                              interpolation=cfg.interpolation)
     else:
         img = dec.decode_val(rec.jpg, resize=cfg.val_resize, crop=cfg.val_crop, decoder=cfg.decoder, out=out,
-                             ratio=cfg.val_ratio, interpolation=cfg.interpolation)
+                             ratio=cfg.val_ratio, interpolation=cfg.interpolation, dct_scaling=cfg.dct_scaling)
     return img, label
 
 

@@ -377,7 +377,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
                 strict: bool = False, cache_dir: str | None = None, cache_bytes: int | None = None,
                 val_crop_ratio: float | None = None, repeats: int = 1, keys: bool = False,
                 readahead: storage.ReadAheadPolicy | None = storage.ReadAheadPolicy(), bad_shards: str = "stop",
-                verify: bool = True, interpolation: str = "bilinear", accumulate: int = 1) -> ShardLoader:
+                verify: bool = True, interpolation: str = "bilinear", accumulate: int = 1,
+                dct_scaling: str = "auto") -> ShardLoader:
     """A ``ShardLoader`` over ``split`` of the shard set at DATA (a directory or URL with manifest.json).
 
     ``train`` defaults to ``split == "train"``: random-resized crops, shuffled, full batches only.
@@ -394,7 +395,8 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     with the reason). ``interpolation``: the crops' filter, bilinear or bicubic, or for train crops
     random (timm's per-image choice; ``augment.interpolation``). ``accumulate``: micro-batches per
     optimizer step; with ``repeats`` > 1 on fewer ranks than repeats, the copies of a sample go to
-    different micro-batches of a step (``plan.spread_plan``)."""
+    different micro-batches of a step (``plan.spread_plan``). ``dct_scaling``: ``"off"`` decodes
+    every JPEG crop at full size instead of libjpeg's 1/2, 1/4, 1/8 scale (``decode.DCT_SCALINGS``)."""
     if train is None:
         train = split == "train"
     if batch_size < 1:
@@ -411,10 +413,12 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
         raise ValueError(f"bad_shards must be one of {', '.join(BAD_SHARDS)}, got {bad_shards!r}")
     dec.make_aug(aug)  # validate the name early
     interp.check(interpolation, train=train)
+    dec.check_dct_scaling(dct_scaling)
     manifest = read_manifest(data)
     cfg = DecodeConfig(train=train, res=res, val_resize=val_resize, val_crop=val_crop, scale=tuple(scale),
                        ratio=tuple(ratio), hflip=hflip, decoder=dec.resolve_decoder(decoder), aug=aug,
-                       val_ratio=val_crop_ratio, interpolation=interpolation, form=manifest_form(manifest))
+                       val_ratio=val_crop_ratio, interpolation=interpolation, form=manifest_form(manifest),
+                       dct_scaling=dct_scaling)
     shards = split_shards(manifest, data, split)
     cache = ShardCache(cache_dir, cache_bytes) if cache_dir else None
     dataset = ShardDataset(shards, batch_size=batch_size, cfg=cfg, workers=workers, seed=seed, rank=rank,

@@ -25,6 +25,8 @@ coordinates, with the distribution of torchvision's ``RandomResizedCrop.get_para
 The filter (``interpolation``): Pillow's antialiased bilinear by default, or its bicubic (Keys,
 a = -0.5, support 2 x the downscale), in all three; ``random`` (train only) is timm's per-image
 choice of the two, drawn from the sample's stream after its crop and flip (``augment.interpolation``).
+``dct_scaling="off"`` turns the 1/2, 1/4, 1/8 decode off in ``turbo`` and ``pil``: the same box,
+decoded at full size, then resampled (closer to torchvision's and timm's full decode; docs/loader.md).
 
 Output: a uint8 ``numpy`` array ``[3, H, W]``, written into ``out`` when the caller passes one
 (the batcher passes its batch slot): the resized HWC(X) pixels go into the CHW slot in one pass,
@@ -52,6 +54,9 @@ except ImportError:  # not built (no C compiler or libjpeg-turbo headers at inst
     _jpegcrop = None
 
 DECODERS = ("auto", "turbo", "pil", "tvio")
+# auto: the 1/2, 1/4, 1/8 DCT-domain decode whenever the crop stays >= the output after it (turbo and pil);
+# off: every crop decoded at full size, then resampled, as torchvision and timm do (docs/loader.md)
+DCT_SCALINGS = ("auto", "off")
 # docs/loader.md: turbo ~20-25 % less CPU per crop than pil, which beats tvio on train crops
 AUTO_DECODER = "turbo" if _jpegcrop is not None else "pil"
 
@@ -78,6 +83,13 @@ def resolve_decoder(decoder: str) -> str:
                          "compiler and the libjpeg-turbo headers (apt-get install libjpeg-dev), then reinstall "
                          "(pip install -e .), or use decoder 'pil'")
     return AUTO_DECODER if decoder == "auto" else decoder
+
+
+def check_dct_scaling(dct_scaling: str) -> str:
+    """``dct_scaling`` if it is one of ``DCT_SCALINGS``, else ValueError naming them."""
+    if dct_scaling not in DCT_SCALINGS:
+        raise ValueError(f"unknown dct_scaling {dct_scaling!r}; choose one of {', '.join(DCT_SCALINGS)}")
+    return dct_scaling
 
 
 # ----------------------------------------------------------------------------- PIL path
@@ -157,10 +169,10 @@ def _load_rows(img: Image.Image, rows: int) -> Image.Image:
 
 
 def _pil_resized_crop(img: Image.Image, top: float, left: float, h: float, w: float,
-                      out_w: int, out_h: int, filter: str = "bilinear") -> Image.Image:
+                      out_w: int, out_h: int, filter: str = "bilinear", dct_scaling: str = "auto") -> Image.Image:
     """Crop box (original pixels) of an opened, not yet loaded image, resampled to out_w x out_h
-    with ``filter`` (``interpolation.INTERPOLATIONS``)."""
-    s = _draft_scale(img, w, h, out_w, out_h)
+    with ``filter`` (``interpolation.INTERPOLATIONS``); ``dct_scaling`` off: no draft, a full-size decode."""
+    s = 1 if dct_scaling == "off" else _draft_scale(img, w, h, out_w, out_h)
     box = (left / s, top / s, (left + w) / s, (top + h) / s)
     try:
         # the filter reads up to max(1, scale) * support input rows past the box
@@ -212,11 +224,11 @@ def _turbo_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _turbo_into(data: bytes, top: float, left: float, h: float, w: float, out: np.ndarray,
-                flip: bool, filter: str = "bilinear") -> bool:
-    """The crop box resampled with ``filter`` into ``out`` (uint8 [3,H,W]) by ``_jpegcrop.crop_into``;
-    False when the extension declines the bytes (Pillow then decides); DecodeError when libjpeg warned
-    about the data."""
-    status = _jpegcrop.crop_into(data, out, top, left, h, w, flip, filter=filter)
+                flip: bool, filter: str = "bilinear", dct_scaling: str = "auto") -> bool:
+    """The crop box resampled with ``filter`` into ``out`` (uint8 [3,H,W]) by ``_jpegcrop.crop_into``
+    (``dct_scaling`` off: at scale 8/8, a full-size decode of the region); False when the extension
+    declines the bytes (Pillow then decides); DecodeError when libjpeg warned about the data."""
+    status = _jpegcrop.crop_into(data, out, top, left, h, w, flip, filter=filter, scale=8 if dct_scaling == "off" else 0)
     if status is None:
         return True
     kind, message = status
@@ -226,19 +238,20 @@ def _turbo_into(data: bytes, top: float, left: float, h: float, w: float, out: n
 
 
 def _crop(data: bytes, img: Image.Image | None, box: tuple, out_size: int, out: np.ndarray | None,
-          flip: bool, filter: str) -> np.ndarray:
+          flip: bool, filter: str, dct_scaling: str = "auto") -> np.ndarray:
     """The crop ``box`` (top, left, h, w) resampled with ``filter`` to ``out`` (allocated when None):
-    turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow."""
+    turbo when ``img`` is None (falling back to Pillow if it declines), else Pillow; either with
+    ``dct_scaling``."""
     if img is None:
         shape = (3, out_size, out_size)
         slot = (out if out is not None and out.flags.c_contiguous and out.dtype == np.uint8 and out.shape == shape
                 else np.empty(shape, np.uint8))
-        if _turbo_into(data, *box, slot, flip, filter):
+        if _turbo_into(data, *box, slot, flip, filter, dct_scaling):
             if out is not None and slot is not out:
                 out[...] = slot
             return out if out is not None else slot
         img = _open(data)
-    return _write_chw(_pil_resized_crop(img, *box, out_size, out_size, filter), out, flip)
+    return _write_chw(_pil_resized_crop(img, *box, out_size, out_size, filter, dct_scaling), out, flip)
 
 
 def _open_size(data: bytes, decoder: str) -> tuple[tuple[int, int], Image.Image | None]:
@@ -288,20 +301,24 @@ def _tvio_out(img: torch.Tensor, out: np.ndarray | None, flip: bool = False) -> 
 
 def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0),
                  ratio=(3 / 4, 4 / 3), hflip: bool = True, decoder: str = "pil",
-                 out: np.ndarray | None = None, interpolation: str = "bilinear") -> np.ndarray:
+                 out: np.ndarray | None = None, interpolation: str = "bilinear",
+                 dct_scaling: str = "auto") -> np.ndarray:
     """RandomResizedCrop(res, scale, ratio) + random horizontal flip -> uint8 [3, res, res]
     (written into ``out`` when given: a C-contiguous uint8 [3, res, res] array, e.g. a batch slot),
     resampled with ``interpolation`` (bilinear, bicubic, or random: timm's per-image choice).
+    ``dct_scaling`` (``DCT_SCALINGS``; turbo and pil, tvio always decodes in full): off decodes the
+    crop at full size; the same box either way.
 
     Draws from ``rng`` in a fixed order (crop, flip, then the filter for "random" only), so a seeded
     rng gives the same crop whatever the decoder. Raises ``DecodeError`` for undecodable bytes."""
     decoder = resolve_decoder(decoder)
     interp.check(interpolation, train=True)
+    check_dct_scaling(dct_scaling)
     if decoder != "tvio":
         (W, H), img = _open_size(data, decoder)
         box = random_resized_crop_params(W, H, scale, ratio, rng)
         flip = hflip and rng.random() < 0.5
-        return _crop(data, img, box, res, out, flip, interp.draw(interpolation, rng))
+        return _crop(data, img, box, res, out, flip, interp.draw(interpolation, rng), dct_scaling)
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = random_resized_crop_params(W, H, scale, ratio, rng)
@@ -312,14 +329,16 @@ def decode_train(data: bytes, *, res: int, rng: random.Random, scale=(0.08, 1.0)
 
 def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str = "pil",
                out: np.ndarray | None = None, ratio: float | None = None,
-               interpolation: str = "bilinear") -> np.ndarray:
+               interpolation: str = "bilinear", dct_scaling: str = "auto") -> np.ndarray:
     """Resize the shorter side to ``resize`` and centre-crop ``crop`` -> uint8 [3, crop, crop]
     (torchvision ``Resize(resize)`` + ``CenterCrop(crop)``, done as one resample of the box with
-    ``interpolation``, bilinear or bicubic; written into ``out`` when given, like ``decode_train``).
+    ``interpolation``, bilinear or bicubic; written into ``out`` when given, like ``decode_train``,
+    with its ``dct_scaling``).
     With ``ratio``: FFCV's centre crop instead (``center_crop_ratio_params``) resized to ``crop``
     (``resize`` unused)."""
     decoder = resolve_decoder(decoder)
     filter = interp.check(interpolation, train=False)
+    check_dct_scaling(dct_scaling)
 
     def box(width: int, height: int):
         if ratio is not None:
@@ -328,7 +347,7 @@ def decode_val(data: bytes, *, resize: int = 256, crop: int = 224, decoder: str 
 
     if decoder != "tvio":
         size, img = _open_size(data, decoder)
-        return _crop(data, img, box(*size), crop, out, False, filter)
+        return _crop(data, img, box(*size), crop, out, False, filter, dct_scaling)
     img = _tvio_decode(data)
     H, W = img.shape[-2:]
     top, left, h, w = box(W, H)

@@ -13,6 +13,10 @@ from typing import Any, Mapping, NamedTuple
 
 # where the shard setting a recipe names was measured against its source's own resize path
 SHARDS_MEASURED = "measured: bench/bench_resize_paths.py, docs/recipes.md 'Shard settings'"
+# why a recipe whose source decodes every image in full sets the loader's dct_scaling off
+FULL_DECODE_MEASURED = ("ours: the loader's 1/2, 1/4, 1/8 DCT-scaled decode is not the source's full decode; "
+                        "measured: bench/bench_resize_paths.py (ours-none-full against ours-none), docs/recipes.md "
+                        "'Shard settings'")
 
 
 class Cited(NamedTuple):

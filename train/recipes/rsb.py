@@ -32,7 +32,7 @@ results-imagenet-real.csv (resnet50.a3_in1k at 224: top-5 and ReaL top-1 of the 
 
 from __future__ import annotations
 
-from imagenet_shards.train.recipes.record import SHARDS_MEASURED, Cited, Recipe
+from imagenet_shards.train.recipes.record import FULL_DECODE_MEASURED, SHARDS_MEASURED, Cited, Recipe
 
 PAPER = "arXiv 2110.00476 Table 1, column A3"
 TIMM = "huggingface/pytorch-image-models@93901e99 (timm 0.5.0)"
@@ -93,6 +93,8 @@ A3 = Recipe(
                                               f"timm/models/resnet.py:55-57 'resnet50' interpolation='bicubic'; "
                                               f"{TIMM_A3}: interpolation bicubic"),
         "val_crop_ratio": Cited(None, "timm's Resize + CenterCrop (224 / 235)"),
+        "dct_scaling": Cited("off", f"{TIMM} timm/data/dataset.py ImageDataset: PIL Image.open(...).convert('RGB') "
+                                    f"decodes each JPEG at full size before the crop; {FULL_DECODE_MEASURED}"),
         "tta": Cited(False, f"{TIMM} validate: one forward"),
         "blurpool": Cited(False, f"{PAPER}: vanilla ResNet-50 (stochastic depth ✗: {MMPT_A3} sets no drop_path_rate, "
                                  f"its A1 config 0.05; the trainer has no stochastic depth)"),

@@ -13,7 +13,7 @@ its EMA and scheduler code. Published accuracies: torchvision/models/resnet.py (
 
 from __future__ import annotations
 
-from imagenet_shards.train.recipes.record import SHARDS_MEASURED, Cited, Recipe
+from imagenet_shards.train.recipes.record import FULL_DECODE_MEASURED, SHARDS_MEASURED, Cited, Recipe
 
 TV = "pytorch/vision references/classification"
 V1_SCRIPT = "pytorch/vision@bde124ee references/classification/train.py"
@@ -58,6 +58,8 @@ V1 = Recipe(
         "lr_gamma": Cited(0.1, f"{V1_SCRIPT} parse_args --lr-gamma default 0.1"),
         "warmup_epochs": Cited(0.0, f"{V1_SCRIPT}: no warmup"),
         "res": Cited(224, f"{V1_SCRIPT} load_data: RandomResizedCrop(224)"),
+        "dct_scaling": Cited("off", f"{V1_SCRIPT} load_data: ImageFolder's PIL loader decodes each JPEG at full "
+                                    f"size before the crop; {FULL_DECODE_MEASURED}"),
         "end_res": Cited(None, f"{V1_SCRIPT}: one train resolution"),
         "ramp_epochs": Cited(None, f"{V1_SCRIPT}: one train resolution"),
         "val_res": Cited(256, f"{V1_SCRIPT} load_data: Resize(256)"),
@@ -103,6 +105,8 @@ V2 = Recipe(
     hyper={
         "arch": Cited("resnet50", f"{V2_CMD}: --model resnet50"),
         "epochs": Cited(600, f"{V2_CMD}: --epochs 600"),
+        "dct_scaling": Cited("off", f"{TRAIN} load_data: ImageFolder's PIL loader decodes each JPEG at full size "
+                                    f"before the crop; {FULL_DECODE_MEASURED}"),
         "batch_size": Cited(128, f"{V2_CMD}: --batch-size 128 (per GPU)"),
         "optimizer": Cited("sgd", f"{TRAIN} get_args_parser --opt default sgd"),
         "lr": Cited(0.5, f"{V2_CMD}: --lr 0.5"),

@@ -92,6 +92,7 @@ def make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_trai
         from imagenet_shards.train.loader import make_loader as make
         common["aug"] = None if config.aug == "none" else config.aug
         common["bad_shards"] = "skip" if config.skip_bad_shards else "stop"  # a digest mismatch (loader/reading.py)
+        common["dct_scaling"] = config.dct_scaling
         # repeated augmentation on fewer ranks than copies: the copies go to different micro-batches of a step
         train_extra = {"repeats": config.ra_reps, "accumulate": config.accumulate} if config.ra_reps > 1 else {}
         val_extra = {"val_crop_ratio": config.val_crop_ratio, "keys": config.eval_real}

@@ -237,6 +237,11 @@ class TrainConfig:
                                          "{default})")
     val_interpolation: str = flag("bilinear", choices=interp.INTERPOLATIONS,
                                   help="the val crops' resize filter (default {default})")
+    dct_scaling: str = flag("auto", choices=("auto", "off"),  # loader/decode.py DCT_SCALINGS
+                            help="auto: the CPU loader decodes a JPEG crop at 1/2, 1/4 or 1/8 scale when it stays at "
+                                 "least the output size, then resamples; off: always at full size, as torchvision "
+                                 "and timm do (closer to their pixels, more CPU; docs/recipes.md; --gpu-decode "
+                                 "decodes in full either way) (default {default})")
     tta: bool = flag(False, action=argparse.BooleanOptionalAction,
                      help="evaluate logits(x) + logits(flip(x)) (FFCV's test-time augmentation)")
     eval_every: int = flag(1, metavar="N", help="evaluate after every N-th epoch (0: only the last); the last epoch "

@@ -241,6 +241,7 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         "val_crop_mode": "ffcv-ratio" if config.val_crop_ratio else "resize-then-crop",
         "train_interpolation": config.train_interpolation,
         "val_interpolation": config.val_interpolation,
+        "dct_scaling": config.dct_scaling,
         "tta": config.tta,
         "blurpool": config.blurpool,
         "zero_init_residual": config.zero_init_residual,

@@ -37,12 +37,12 @@ def boxes(size, rng: random.Random, n: int):
     yield dec.center_crop_params(*size, 256, 224)
 
 
-def float_reference(data: bytes, box, res: int, flip: bool, filter: str = "bilinear") -> np.ndarray:
+def float_reference(data: bytes, box, res: int, flip: bool, filter: str = "bilinear", s: int | None = None) -> np.ndarray:
     """The crop as an exact (float64, unrounded) two-pass filter over libjpeg's full decode at the
-    DCT scale crop_into picks: what its pixels are defined against. Each pass is clipped to [0, 255]
-    as Pillow's 8-bit passes are (only the cubic's negative lobes reach outside)."""
+    DCT scale crop_into picks (or 1/``s``): what its pixels are defined against. Each pass is clipped
+    to [0, 255] as Pillow's 8-bit passes are (only the cubic's negative lobes reach outside)."""
     top, left, h, w = box
-    s = dec._dct_reduction(w, h, res, res)
+    s = dec._dct_reduction(w, h, res, res) if s is None else s
     W, H = J.header(data)[:2]
     pixels, x, y, width, rows = J.decode_region(data, s, 0, 0, 1 << 20, 1 << 20, restarts=False)
     full = np.frombuffer(pixels, np.uint8).reshape(rows, width, 4)[:, :, :3].astype(np.float64)
