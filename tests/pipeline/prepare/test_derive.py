@@ -109,6 +109,13 @@ def test_workers_and_parts_give_the_same_bytes(small_shards, derived_once, tmp_p
     assert files(parts) == derived_once
 
 
+def test_without_the_c_encoder_numpy_gives_the_same_bytes(small_shards, derived_once, tmp_path, monkeypatch):
+    from imagenet_shards.pipeline.prepare import derive as derive_module
+
+    monkeypatch.setattr(derive_module, "_yuv420", None)  # as without the _jpegtran extension
+    assert files(derive_pixels(small_shards, tmp_path / "numpy")) == derived_once  # one worker: this process
+
+
 def _derive_process(src: Path, out: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "derive", str(src), "--pixels", "yuv420",
            "--max-side", str(PIXEL_MAX_SIDE), "--out", str(out), "--workers", "1", "--quiet"]
