@@ -44,9 +44,9 @@ from imagenet_shards.pipeline.storage.atomic import DiskFull
 
 FORMS = (pixels.FORM,)
 
-# The C encoder (pipeline/native/jpegtran_yuv.c): pixels.encode's bytes (tested byte for byte), ~25x
-# faster (docs/benchmarks.md, "Pixel shards"); None without the extension, or with one built before it
-# had the encoder (imagenet-shards-doctor names both), and then numpy's reference encodes.
+# The C encoder (pipeline/native/jpegtran_yuv.c): pixels.encode's bytes (tested byte for byte), 4x and
+# more faster (docs/benchmarks.md, "prepare-shards derive per core"); None without the extension, or with
+# one built before it had the encoder (imagenet-shards-doctor names both), and then numpy's reference encodes.
 _yuv420 = getattr(_jpegtran, "yuv420", None)
 
 
