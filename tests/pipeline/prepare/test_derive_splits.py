@@ -92,3 +92,14 @@ def test_a_held_out_val_split_keeps_its_record(synthetic_imagenet, tmp_path, sub
     # a train name that is never an image (`._*`) stays in train, skipped there, so the source passes too
     assert any(r["split"] == "train" and r["key"].startswith("__") for r in a["skipped"]) or subset
     assert audit(src, progress=False, workers=1).ok
+
+
+def test_without_the_c_encoder_the_command_says_so_once(synthetic_shards, tmp_path, monkeypatch, capsys):
+    from imagenet_shards.pipeline.prepare import derive as derive_module
+    from imagenet_shards.pipeline.prepare.cli import main
+
+    monkeypatch.setattr(derive_module, "_yuv420", None)  # as without the extension
+    assert main(["derive", str(synthetic_shards), "--out", str(tmp_path / "out"), "--max-side", "64",
+                 "--workers", "1", "--json"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "derive encodes with numpy: the same bytes" in notes[0]
