@@ -10,7 +10,8 @@ both are optional: if one cannot be built the install still succeeds.
   ``jpegcrop_resample.c`` (the resampler into the batch slot).
 - ``imagenet_shards.pipeline.prepare._jpegtran``: prepare-shards' lossless rewrite of pass-through
   JPEGs with restart markers on a grid of ~32 px cells (docs/format.md); without it they pass through byte for
-  byte, and prepare-shards says so.
+  byte, and prepare-shards says so. Also prepare-shards derive's pixel encoder (``jpegtran_yuv.c``); without it
+  derive encodes with numpy (the same bytes, slower).
 Both share ``jpeg_errors.h``: the one libjpeg error manager, and which warnings mean a damaged JPEG.
 """
 

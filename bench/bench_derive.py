@@ -9,7 +9,10 @@ pixel and size spread; N and 3N train images, no quirks), one worker each, in th
    the start-up (index, plan, manifest) does not count;
 2. over the derived payloads: bytes saved and decode cost of zlib level 1 (stdlib) against taking the
    raw planes as they are (a copy into a numpy array, what a loader does with the bytes at least).
-   zstandard/lz4 are tried only if installed (they are not dependencies).
+   zstandard/lz4 are tried only if installed (they are not dependencies);
+3. the pixel encoder alone, over the decoded and resized images of the 3N set's first shard: µs per
+   image of derive's C encoder (`_jpegtran.yuv420`) and of numpy's reference (`pixels.encode`), best
+   of 3 passes, and whether every payload is the same bytes.
 Not a test: numbers depend on the machine and its load (printed: `uptime`); run it on a quiet one.
 Note the content: synthetic photos, not ImageNet's, so the compression ratio is indicative only.
 """
@@ -101,6 +104,31 @@ def codec_figures(data: list[bytes]) -> dict:
     return out
 
 
+def encoder_figures(jpeg: Path, max_side: int) -> dict:
+    """µs per image of the C encoder and numpy's reference over one shard's decoded images (item 3)."""
+    from imagenet_shards.pipeline.format import pixels
+    from imagenet_shards.pipeline.prepare.derive import _yuv420
+    from imagenet_shards.pipeline.prepare.images import decode_resized
+
+    with open(sorted(jpeg.rglob("*.tar"))[0], "rb") as f:
+        rgbs = [decode_resized(m.data, f"longer:{max_side}") for m in iter_tar(f) if m.ext == "jpg"]
+
+    def per_image_us(fn) -> float:
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            for a in rgbs:
+                fn(a)
+            best = min(best, time.perf_counter() - t)
+        return best / len(rgbs) * 1e6
+
+    out = {"images": len(rgbs), "numpy_us": per_image_us(pixels.encode)}
+    if _yuv420 is None:
+        return {**out, "c_us": "not built (the _jpegtran extension, or its yuv420, is missing)"}
+    c = lambda a: _yuv420(a, a.shape[1], a.shape[0])  # noqa: E731
+    return {**out, "c_us": per_image_us(c), "same_bytes": all(c(a) == pixels.encode(a) for a in rgbs)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=int, default=200, help="N: the small run's train images (the large: 3N)")
@@ -121,6 +149,7 @@ def main() -> None:
             "bytes_per_image": {"jpeg": large["jpeg_bytes"] / large["images"],
                                 "yuv420": large["pixel_bytes"] / large["images"]},
             "codec": codec_figures(payloads(large["pix"])),
+            "encoder": encoder_figures(work / f"jpeg-{3 * args.images}", args.max_side),
             "load_after": os.getloadavg(),
         }
         print(json.dumps(res, indent=1, default=str))

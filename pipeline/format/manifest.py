@@ -59,7 +59,8 @@ def build_manifest(state: dict, records: dict[str, Iterable[dict]]) -> dict:
     iterator that reads them one by one keeps one record in memory at a time. A record's
     ``fix_counts`` counts its fixes and its ``fixed`` lists only the samples the manifest lists;
     records written before ``fix_counts`` existed list every fixed sample and are counted here.
-    A derived set's state (prepare-shards derive) adds its `form`, `max_side` and `derived_from`."""
+    A derived set's state (prepare-shards derive) adds its `form`, `max_side` and `derived_from`, and its
+    splits carry the source's accounting (its rejects as `plan_rejected`/`plan_skipped`, `failed_by_class`)."""
     splits, rejected, skipped, fix_samples = {}, [], [], []
     fix_counts: Counter = Counter()
     for split, split_state in sorted(state["splits"].items()):
@@ -106,7 +107,8 @@ def _split_entry(split: str, split_state: dict, records: Iterable[dict], config:
     split_rejected = list(split_state["plan_rejected"])
     split_skipped = list(split_state.get("plan_skipped", []))
     class_counts: Counter = Counter()
-    failed: dict[str, Counter] = {}
+    # drawn images that failed before the records (a derived set: its source's), then the records'
+    failed: dict[str, Counter] = {w: Counter(c) for w, c in split_state.get("failed_by_class", {}).items()}
     shards, last = [], -1
     for r in records:
         if r["index"] <= last:

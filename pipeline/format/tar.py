@@ -163,6 +163,11 @@ class TarFormatError(ValueError):
         super().__init__(f"{where}: {detail}; run audit-shards on this shard set" if where else detail)
         self.kind, self.detail, self.key, self.where = kind, detail, key, where
 
+    def __reduce__(self):
+        # args holds the message only, which __init__ cannot take back: rebuild from the fields, so the
+        # error pickles back from any worker process (parallel.run_jobs) as itself, not as a TypeError
+        return type(self), (self.kind, self.detail, self.key, self.where)
+
 
 class TarMember(NamedTuple):
     """One member as `iter_tar` yields it (after its pax or GNU long-name header, if any)."""

@@ -16,6 +16,9 @@
  * the benign ones (about metadata: an unknown JFIF revision or Adobe transform code, a bad ICC
  * marker), declines with libjpeg's message, and `check` reads the same way (a 1/8-scaled decode)
  * without writing anything. The GIL is released while libjpeg runs.
+ *
+ * Beside it, `yuv420`: prepare-shards derive's RGB -> YUV 4:2:0 encoder (jpegtran_yuv.c), here because
+ * this is prepare's one extension.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,6 +32,7 @@
 #include <jerror.h>
 
 #include "jpeg_errors.h"  /* the error manager: stops at errors and at warnings about the data */
+#include "jpegtran_yuv.h"  /* the pixel form's encoder (prepare-shards derive) */
 
 /* (None, None) or ("error" | "warning", libjpeg's message): why libjpeg stopped. */
 static PyObject *verdict(int ok, const struct jpeg_stop *err) {
@@ -201,16 +205,54 @@ static PyObject *check(PyObject *self, PyObject *args) {
     return verdict(ok, &err);
 }
 
+PyDoc_STRVAR(yuv420_doc,
+"yuv420(rgb, width, height) -> bytes\n\n"
+"The KEY.yuv420 payload (docs/format.md, 'Pixel form') of a height x width RGB image given as\n"
+"height * width * 3 packed bytes (a C-contiguous H x W x 3 uint8 array): the bytes of\n"
+"pipeline/format/pixels.py's encode, which is the reference. ValueError if the sizes disagree.");
+
+static PyObject *yuv420(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    int width, height;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*ii:yuv420", &buf, &width, &height))
+        return NULL;
+    /* width <= len / 3 / height first: then width * height * 3 cannot overflow */
+    if (width < 1 || height < 1 || width > buf.len / 3 / height || buf.len != (Py_ssize_t)width * height * 3) {
+        PyErr_Format(PyExc_ValueError, "yuv420: %zd bytes are not a %d x %d RGB image (height * width * 3 bytes)",
+                     buf.len, width, height);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)yuv420_size(width, height));
+    uint8_t *scratch = malloc(4 * (size_t)width);
+    if (out == NULL || scratch == NULL) {
+        Py_XDECREF(out);
+        free(scratch);
+        PyBuffer_Release(&buf);
+        return out == NULL ? NULL : PyErr_NoMemory();
+    }
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    rgb_to_yuv420(buf.buf, width, height, dst, scratch);
+    Py_END_ALLOW_THREADS
+    free(scratch);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"restart_rows", restart_rows, METH_VARARGS, restart_rows_doc},
     {"interval_mcus", interval_mcus, METH_VARARGS, interval_mcus_doc},
     {"check", check, METH_VARARGS, check_doc},
+    {"yuv420", yuv420, METH_VARARGS, yuv420_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_jpegtran",
-    "Lossless JPEG rewrite with restart markers on a grid of MCU rows and columns (libjpeg-turbo).",
+    "Lossless JPEG rewrite with restart markers on a grid of MCU rows and columns (libjpeg-turbo); the pixel "
+    "form's RGB -> YUV 4:2:0 encoder.",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

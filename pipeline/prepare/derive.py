@@ -20,19 +20,21 @@ import posixpath
 import time
 from dataclasses import dataclass
 
+import numpy as np
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.format import pixels
-from imagenet_shards.pipeline.format.manifest import (JPEG_FORM, MANIFEST_NAME, ManifestError, manifest_form,
-                                                      read_manifest, shard_url)
+from imagenet_shards.pipeline.format.manifest import (JPEG_FORM, LEFT_OUT, MANIFEST_NAME, ManifestError,
+                                                      manifest_form, read_manifest, shard_url)
 from imagenet_shards.pipeline.format.digest import shard_check
+from imagenet_shards.pipeline.format.keys import train_key_wnid
 from imagenet_shards.pipeline.format.tar import HashingReader, TarFormatError, iter_tar
 from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS
 from imagenet_shards.pipeline.prepare.errors import PrepareError
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
-from imagenet_shards.pipeline.prepare.images import decode_resized
+from imagenet_shards.pipeline.prepare.images import _jpegtran, decode_resized
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
 from imagenet_shards.pipeline.prepare.job_state import claim_part_count
 from imagenet_shards.pipeline.prepare.parts import job_id, part_state_rel, state_differences
@@ -41,6 +43,19 @@ from imagenet_shards.pipeline.prepare.shards import open_shard
 from imagenet_shards.pipeline.storage.atomic import DiskFull
 
 FORMS = (pixels.FORM,)
+
+# The C encoder (pipeline/native/jpegtran_yuv.c): pixels.encode's bytes (tested byte for byte), 4x and
+# more faster (docs/benchmarks.md, "prepare-shards derive per core"); None without the extension, or with
+# one built before it had the encoder (imagenet-shards-doctor names both), and then numpy's reference encodes.
+_yuv420 = getattr(_jpegtran, "yuv420", None)
+
+
+def encode_pixels(rgb) -> bytes:
+    """pixels.encode(rgb): by the C encoder where it is built, else by numpy's reference itself."""
+    if _yuv420 is None or rgb.dtype != "uint8" or rgb.ndim != 3 or rgb.shape[2] != 3:
+        return pixels.encode(rgb)  # which also refuses what is not H x W x 3 uint8
+    h, w = rgb.shape[:2]
+    return _yuv420(np.ascontiguousarray(rgb), w, h)
 
 
 @dataclass(frozen=True)
@@ -71,12 +86,12 @@ def derive_sample(key: str, members: dict[str, bytes], max_side: int) -> tuple[d
     h, w = rgb.shape[:2]
     meta.update(width=w, height=h, form=pixels.FORM)
     return {"cls": members["cls"], "json": json.dumps(meta, sort_keys=True, separators=(",", ":")).encode(),
-            pixels.EXT: pixels.encode(rgb)}, None
+            pixels.EXT: encode_pixels(rgb)}, None
 
 
 class SourceDamaged(PrepareError):
-    """A source shard's bytes are not those its manifest's digest vouches for, or not a whole tar (a
-    PrepareError with a one-line message: it pickles back from a worker process, a TarFormatError does not)."""
+    """A source shard's bytes are not those its manifest's digest vouches for, or not a whole tar: one line
+    that says to audit SRC (a TarFormatError's own says to audit the set it is in, here the source)."""
 
 
 def _samples(url: str, check: tuple[str, str] | None):
@@ -105,12 +120,16 @@ def _samples(url: str, check: tuple[str, str] | None):
 
 def derive_shard(spec: DeriveSpec, out_dir: str, _policy=None) -> dict:
     """Write the pixel shard of `spec` under out_dir/spec.url (atomically) and return its record."""
-    rejected, class_counts, written = [], {}, 0
+    rejected, class_counts, failed, written = [], {}, {}, 0
     with open_shard(os.path.join(out_dir, spec.url)) as tw:
         for key, members in _samples(spec.source, spec.check):
             sample, why = derive_sample(key, members, spec.max_side)
             if why is not None:
                 rejected.append({"split": spec.split, "key": key, "source": spec.url, **why})
+                wnid = train_key_wnid(key)  # a class's failed draws, as prepare's records count them
+                if wnid is not None:
+                    failed.setdefault(wnid, {}).setdefault(why["reason"], 0)
+                    failed[wnid][why["reason"]] += 1
                 continue
             for ext in sorted(sample):
                 tw.add(f"{key}.{ext}", sample[ext])
@@ -120,7 +139,8 @@ def derive_shard(spec: DeriveSpec, out_dir: str, _policy=None) -> dict:
                 class_counts[wnid] = class_counts.get(wnid, 0) + 1
     return {"split": spec.split, "index": spec.index, "url": spec.url, "num_samples": written,
             "planned": spec.planned, **tw.digests(), "class_counts": dict(sorted(class_counts.items())),
-            "rejected": rejected, "skipped": [], "fixed": [], "fix_counts": {}, "failed_by_class": {}}
+            "rejected": rejected, "skipped": [], "fixed": [], "fix_counts": {},
+            "failed_by_class": dict(sorted(failed.items()))}
 
 
 def source_set(src: str) -> tuple[dict, dict]:
@@ -148,13 +168,28 @@ def plan(m: dict, src: str, max_side: int) -> tuple[dict, list[DeriveSpec]]:
             specs.append(DeriveSpec(split, i, rel, shard_url(src, sh["url"]), sh["num_samples"], max_side,
                                      shard_check(sh)))
     state = {"config": {**m["config"], "splits": splits}, "sources": m["sources"], "classes": m["classes"],
-             "splits": {s: {"num_shards": len(m["splits"][s]["shards"]), "images_in": m["splits"][s]["num_samples"],
-                            "plan_rejected": []} for s in splits},
-             "form": pixels.FORM, "max_side": max_side}
+             "splits": {s: _split_state(m, s) for s in splits}, "form": pixels.FORM, "max_side": max_side}
     for k in ("label_space", "name"):
         if k in m:
             state["label_space" if k == "label_space" else "dataset"] = m[k]
     return state, specs
+
+
+def _split_state(m: dict, split: str) -> dict:
+    """A derived split's job state: the source split's accounting, so the derived manifest's is the
+    source's plus what derive itself rejects. Its images_in, what the source run rejected and skipped
+    (its `rejected`/`skipped` records), left out on purpose (`excluded_by_*`, `held_out`) or held out
+    from (`held_out_from`), and, per class, the drawn images that failed (what `short_classes` counts):
+    the audit's holdout, subset and --expect checks then read a derived set as they read its source."""
+    source = m["splits"][split]
+    state = {"num_shards": len(source["shards"]), "images_in": source["images_in"],
+             "plan_rejected": [r for r in m.get("rejected", []) if r["split"] == split],
+             "plan_skipped": [r for r in m.get("skipped", []) if r["split"] == split],
+             **{k: source[k] for k in (*LEFT_OUT, "held_out_from") if k in source}}
+    short = source.get("short_classes") or {}
+    if short:
+        state["failed_by_class"] = {w: e["reasons"] for w, e in sorted(short.items())}
+    return state
 
 
 def derive(src: str, *, out: str, form: str = pixels.FORM, max_side: int = 400, workers: int | None = None,

@@ -28,21 +28,29 @@ EXTENSIONS = {
                                               "the loader decodes with Pillow (decoder auto), slower",
     "imagenet_shards.pipeline.prepare._jpegtran": "prepare-shards' restart-marker rewrite (pipeline/native/_jpegtran.c): "
                                                   "without it pass-through JPEGs are stored byte for byte, without "
-                                                  "restart markers",
+                                                  "restart markers, and prepare-shards derive encodes the pixel form "
+                                                  "with numpy (the same bytes, slower)",
 }
+# what a build from older sources lacks (it imports, but the code that calls these falls back): named as missing
+FUNCTIONS = {"imagenet_shards.pipeline.prepare._jpegtran": ("restart_rows", "check", "yuv420")}
 BUILD_FIX = ("install a C compiler and the libjpeg-turbo headers (sudo apt-get install -y gcc libjpeg-dev), "
              "then run make setup")
 
 
 def missing_extensions() -> dict[str, str]:
     """{module name: why it does not import} for each optional extension that does not (a file that is
-    there but fails to load counts: a missing libjpeg.so, another Python's build)."""
+    there but fails to load counts: a missing libjpeg.so, another Python's build), or that lacks a
+    function of FUNCTIONS (a build from older sources)."""
     missing = {}
     for module in EXTENSIONS:
         try:
-            importlib.import_module(module)
+            built = importlib.import_module(module)
         except ImportError as e:
             missing[module] = str(e) or type(e).__name__
+            continue
+        lacking = [f for f in FUNCTIONS.get(module, ()) if not hasattr(built, f)]
+        if lacking:
+            missing[module] = f"built from older sources: it has no {', '.join(lacking)}; rebuild it"
     return missing
 
 

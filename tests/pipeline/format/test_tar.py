@@ -236,3 +236,29 @@ def test_key_for_source_names():
     assert key_for("._n01440764_2.JPEG") == "__n01440764_2"  # AppleDouble: the leading dot is kept, as '_'
     assert key_for("a.b.JPEG") == "a_b" and key_for(".hidden") == "_hidden"
     assert train_key_wnid("n01440764_10026") == "n01440764" and train_key_wnid("ILSVRC2012_val_00000001") is None
+
+
+def _cut_tar_in_worker(data: bytes) -> None:
+    list(iter_tar(io.BytesIO(data), where="s3://bucket/train-000001.tar"))
+
+
+def test_a_tar_format_error_pickles_back_as_itself_from_a_worker_process():
+    import pickle
+
+    from imagenet_shards.pipeline.parallel import run_jobs
+
+    e = TarFormatError("tar_truncated", "member a.jpg is cut short", key="a", where="s3://b/x.tar")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is TarFormatError and str(back) == str(e)
+    assert (back.kind, back.detail, back.key, back.where) == ("tar_truncated", "member a.jpg is cut short", "a",
+                                                              "s3://b/x.tar")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("a.jpg")
+        info.size = 3000
+        tf.addfile(info, io.BytesIO(b"x" * 3000))
+    cut = buf.getvalue()[:2048]  # through a real pool (two workers, two jobs): what derive, adopt, audit use
+    with pytest.raises(TarFormatError, match="s3://bucket/train-000001.tar: .*cut short") as raised:
+        for _ in run_jobs(_cut_tar_in_worker, [(cut,), (cut,)], workers=2):
+            pass
+    assert raised.value.kind == "tar_truncated"

@@ -109,6 +109,13 @@ def test_workers_and_parts_give_the_same_bytes(small_shards, derived_once, tmp_p
     assert files(parts) == derived_once
 
 
+def test_without_the_c_encoder_numpy_gives_the_same_bytes(small_shards, derived_once, tmp_path, monkeypatch):
+    from imagenet_shards.pipeline.prepare import derive as derive_module
+
+    monkeypatch.setattr(derive_module, "_yuv420", None)  # as without the _jpegtran extension
+    assert files(derive_pixels(small_shards, tmp_path / "numpy")) == derived_once  # one worker: this process
+
+
 def _derive_process(src: Path, out: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "imagenet_shards.pipeline.prepare.cli", "derive", str(src), "--pixels", "yuv420",
            "--max-side", str(PIXEL_MAX_SIDE), "--out", str(out), "--workers", "1", "--quiet"]
@@ -247,8 +254,12 @@ def test_an_image_that_does_not_decode_is_listed_as_rejected_not_lost(synthetic_
     out = derive_pixels(src, tmp_path / "out")
     got = json.loads((out / "manifest.json").read_text())
     val = got["splits"]["val"]
-    assert [(r["key"], r["reason"]) for r in got["rejected"]] == [(bad_key, "undecodable")]
-    assert val["num_rejected"] == 1 and val["images_in"] == m["splits"]["val"]["num_samples"] == val["num_samples"] + 1
+    # the source's own rejects are kept (the derived set's accounting is the source's), and this one added
+    ours = [(r["key"], r["reason"], r["source"]) for r in got["rejected"] if r not in m["rejected"]]
+    assert ours == [(bad_key, "undecodable", entry["url"])] and len(got["rejected"]) == len(m["rejected"]) + 1
+    src_val = m["splits"]["val"]
+    assert (val["images_in"], val["num_samples"], val["num_rejected"]) == (
+        src_val["images_in"], src_val["num_samples"] - 1, src_val["num_rejected"] + 1)
     assert bad_key not in [k for k, _ in samples(out / entry["url"])]
     assert audit(out, progress=False, workers=1).ok
 

@@ -111,3 +111,19 @@ def test_doctor_extensions_is_silent_when_both_import():
         pytest.skip(f"an extension is not built here: {e}")
     done = _doctor("", "--extensions")
     assert done.returncode == 0 and done.stdout == "", done.stdout
+
+
+def test_an_extension_built_from_older_sources_is_named_with_what_it_lacks(monkeypatch):
+    import sys
+    import types
+
+    from imagenet_shards.pipeline.tools import doctor
+
+    old = types.ModuleType("_jpegtran")  # what an in-place build from before the pixel encoder imports as
+    old.restart_rows = old.check = lambda data: None
+    monkeypatch.setitem(sys.modules, "imagenet_shards.pipeline.prepare._jpegtran", old)
+    missing = doctor.missing_extensions()
+    assert missing["imagenet_shards.pipeline.prepare._jpegtran"] == ("built from older sources: it has no yuv420; "
+                                                                     "rebuild it")
+    [line] = [x for x in doctor.extension_lines(missing) if x.startswith("_jpegtran")]
+    assert "derive encodes the pixel form with numpy" in line and "make setup" in line
