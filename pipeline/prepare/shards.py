@@ -39,6 +39,7 @@ from imagenet_shards.pipeline.prepare.plan import PlannedSample, ShardSpec
 
 _ONE_PIECE = 1 << 30  # tarfile's copy buffer: more than any member, so each is read and written once
 
+
 class SourceFiles:
     """Open source files of one shard build, by path (one outer tar = one handle), closed at the end.
 
