@@ -7,12 +7,14 @@ at all: no estimate, no figure measured elsewhere.
 from __future__ import annotations
 
 import json
+import posixpath
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.manifest import manifest_form
 from imagenet_shards.train.bench import peers as P
 from imagenet_shards.train.bench.baselines import baselines, export_image_folder, val_resize
 from imagenet_shards.train.bench.measure import our_stream
@@ -89,7 +91,8 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
         folder = tmp / f"images-{split}"
         _folder_export(shards, folder, progress)
         shard_bytes, file_bytes = _mean_bytes(shards, folder)
-        ours = _our_rows(table, data, forms or {}, decoder, also_decoders, shard_bytes,
+        ours = _our_rows(table, data, forms or {}, decoder, also_decoders,
+                         (shard_bytes, sum(s.num_samples for s in shards)),
                          dict(split=split, workers=workers, batch_size=batch_size, res=res))
         _baseline_rows(table, shards, folder, shard_bytes, file_bytes,
                        dict(res=res, batch_size=batch_size, workers=workers, train=split == "train"))
@@ -126,9 +129,20 @@ class _Table:
             self.timers[name] = timer
 
 
-def _our_rows(table: _Table, data: str, forms: dict[str, str], decoder: str, also_decoders, shard_bytes: float,
-              common: dict) -> str:
-    """Our loader's rows (the first one the reference of the ratios); returns its name."""
+def form_label(data: str) -> str:
+    """The row label of another shard set of the same images (``bench-loader --also-set``): its form and
+    max side (``yuv420, 400 px``: a ``prepare-shards derive`` set), else its form and folder name."""
+    m = D.read_manifest(data)
+    side = m.get("max_side")
+    return f"{manifest_form(m)}, {side} px" if side else f"{manifest_form(m)}, {posixpath.basename(data.rstrip('/'))}"
+
+
+def _our_rows(table: _Table, data: str, forms: dict[str, str], decoder: str, also_decoders,
+              ours_size: tuple[float, int], common: dict) -> str:
+    """Our loader's rows (the first one the reference of the ratios); returns its name. ``ours_size``:
+    bytes per image and samples of ``data``'s split; a set in ``forms`` with another sample count is
+    not the same images (ValueError, one line)."""
+    shard_bytes, samples = ours_size
     main = dec.resolve_decoder(decoder)
     ours = f"imagenet-shards ({main})"
     table.add(ours, shard_bytes, _timer(our_stream(data, decoder=decoder, **common)[0]))
@@ -138,7 +152,12 @@ def _our_rows(table: _Table, data: str, forms: dict[str, str], decoder: str, als
             table.add(f"imagenet-shards ({d})", shard_bytes, _timer(our_stream(data, decoder=d, **common)[0]))
     for label, other in forms.items():
         others = D.split_shards(D.read_manifest(other), other, common["split"])
-        size = sum(storage.size(s.url) for s in others) / max(1, sum(s.num_samples for s in others))
+        count = sum(s.num_samples for s in others)
+        if count != samples:
+            raise ValueError(f"{storage.redact(other)} holds {count} {common['split']} samples and "
+                             f"{storage.redact(data)} {samples}: a set compared beside DATA must hold the same "
+                             f"images (prepare-shards derive DATA makes one)")
+        size = sum(storage.size(s.url) for s in others) / max(1, count)
         table.add(f"imagenet-shards ({label})", size, _timer(our_stream(other, decoder=decoder, **common)[0]))
     return ours
 
