@@ -170,13 +170,14 @@ def _grid_md(loader: dict, prepare: list[dict]) -> list[str]:
     grid, plain = loader[RESOLUTIONS[0]][0], loader["plain"][0]
     pg, pp = prep("imagenet-shards prepare, 1 worker"), prep("imagenet-shards prepare, 1 worker, --no-restart-markers")
     growth = 100 * (grid["bytes_per_image"] / plain["bytes_per_image"] - 1)
+    rates = grid["images_per_cpu_s"], plain["images_per_cpu_s"]
+    speed = rates[0] / rates[1] if all(rates) else None  # None: a round too short for the CPU clock's 10 ms
     return ["| shards | KB per image | loader img/CPU-s, 224 px | prepare img/CPU-s |", "|---|---:|---:|---:|",
             f"| with the grid (default) | {grid['bytes_per_image'] / 1000:.1f} | {_n(grid['images_per_cpu_s'])} | "
             f"{_n(pg.get('marginal_img_cpu_s'))} |",
             f"| `--no-restart-markers` | {plain['bytes_per_image'] / 1000:.1f} | {_n(plain['images_per_cpu_s'])} | "
             f"{_n(pp.get('marginal_img_cpu_s'))} |", "",
-            f"The grid: {growth:+.2f} % bytes, ×{grid['images_per_cpu_s'] / plain['images_per_cpu_s']:.2f} loader "
-            f"images per CPU-second at 224 px."]
+            f"The grid: {growth:+.2f} % bytes, ×{_n(speed, '.2f')} loader images per CPU-second at 224 px."]
 
 
 def _loader_md(loader: dict) -> list[str]:
