@@ -82,6 +82,7 @@ def make_data(work: Path, *, classes: int, per_class: int, seed: int, say) -> Pa
 
 
 def pixel_dir(work: Path) -> Path:
+    """Where WORK keeps the pixel form of WORK/shards."""
     return work / f"pixels-{W.PIXEL_SIDE}"
 
 
@@ -103,7 +104,8 @@ def loader_tables(shards: Path, pixels: Path, work: Path, *, peers, rounds: int,
     os.sched_setaffinity(0, {allowed[0]})
     common = dict(workers=1, batches=batches, batch_size=batch_size, rounds=rounds, peers=peers, progress=say)
     try:
-        tables = {res: compare(str(shards), res=res, work=str(work / "compare"), forms={W.PIXEL_LABEL: str(pixels)},
+        tables = {res: compare(str(shards), res=res, work=str(work / "compare"),
+                               forms={W.PIXEL_LABEL: str(pixels)},
                                only=None if res == RESOLUTIONS[0] else FEW_ROWS, **common) for res in RESOLUTIONS}
         plain = shards.with_name(shards.name + "-plain")
         tables["plain"] = compare(str(plain), res=RESOLUTIONS[0], work=str(work / "compare-plain"), only=(), **common)

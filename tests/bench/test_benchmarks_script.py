@@ -65,9 +65,11 @@ def test_whole_job_rows_ratios_and_the_target_line(whole):
     a, b = list(columns)
     rn18, jpg = whole.FFCV_ROW["rn18"], whole.FFCV_ROW["jpg"]
     rates = {224: (1000, 2000, 1000), 192: (1250, 2500, 1250), 160: (2000, 4000, 1600)}
-    loader = {res: [_row(whole.JPEG_ROW, j), _row(whole.PIXEL_ROW, p), _row(rn18, f)] for res, (j, p, f) in rates.items()}
+    loader = {res: [_row(whole.JPEG_ROW, j), _row(whole.PIXEL_ROW, p), _row(rn18, f)]
+              for res, (j, p, f) in rates.items()}
     loader["plain"] = [_row(whole.JPEG_ROW, 1)]  # not a resolution: ignored
-    prepare = [{"name": whole.PREPARE_ROW, "marginal_img_cpu_s": 250}, {"name": whole.DERIVE_ROW, "marginal_img_cpu_s": 500},
+    prepare = [{"name": whole.PREPARE_ROW, "marginal_img_cpu_s": 250},
+               {"name": whole.DERIVE_ROW, "marginal_img_cpu_s": 500},
                {"name": "FFCV DatasetWriter, 1 worker (10 % JPEG q90, the rest raw, max side 400)",
                 "marginal_img_cpu_s": 200}]
     rows = {r["name"]: r for r in whole.whole_job(loader, prepare, columns)}
@@ -81,7 +83,8 @@ def test_whole_job_rows_ratios_and_the_target_line(whole):
     assert f"| {whole.OURS_PIXEL} | 6.00 | 14.0 | 0.70 | 1.00 |" in md
     assert md.endswith(f"not met, ×{15.7 / 10.6:.2f}** in this run.")
     prepare[2]["marginal_img_cpu_s"] = 50  # 20 ms to write: now ×(20 + 10.7) / 10.6
-    assert whole.target(whole.whole_job(loader, prepare, columns), columns).endswith(f"met, ×{30.7 / 10.6:.2f}** in this run.")
+    line = whole.target(whole.whole_job(loader, prepare, columns), columns)
+    assert line.endswith(f": met, ×{30.7 / 10.6:.2f}** in this run.")
     del prepare[1]  # derive not measured: no pixel job, no target figure
     assert "not measured" in whole.target(whole.whole_job(loader, prepare, columns), columns)
 
