@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", metavar="DIR", default=None,
                    help=f"with --compare: the folder shared/peers/setup.sh built, whose ffcv/ and dali/ environments "
                         f"run the FFCV and DALI rows (default: ${PEERS_ENV}; neither: those rows are not run)")
-    p.add_argument("--also-set", metavar="DIR", action="append", default=[],
+    p.add_argument("--also-set", metavar="DIR", action="append", default=None,
                    help="with --compare: another shard set of the same images (e.g. the pixel form that "
                         "prepare-shards derive DATA --pixels yuv420 --max-side 400 writes) as a row of its own, "
                         "'imagenet-shards (FORM, MAX_SIDE px)'; repeatable (default: none)")
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     try:
         if args.compare:
             forms = {}
-            for other in args.also_set:
+            for other in args.also_set or ():
                 label = form_label(other)
                 forms[label if label not in forms else f"{label}, {storage.redact(other)}"] = other
             rows = compare(args.data, rounds=args.rounds, peers=args.peers, progress=say, split=args.split, forms=forms,
