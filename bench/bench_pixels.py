@@ -12,7 +12,8 @@
 3. the issue's ratios, and docs/recipes.md's "loader cores per H200" for ``ffcv-rn18-16`` (2 x the
    published A100 rate, times CPU seconds per image over its schedule, 12 epochs at 160 px and 4 at
    192) for each form.
-The pixel shards come from ``prepare-shards derive`` at max side 400 (``derive`` below).
+The pixel shards come from ``prepare-shards derive`` at max side 400 (benchmarks.py's ``pixel_form``), the
+schedule from the recipe as the trainer runs it (whole_job.py's ``recipe_schedule``).
 """
 
 from __future__ import annotations
@@ -28,38 +29,28 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import benchmarks  # noqa: E402  (bench/, this folder)
+import whole_job  # noqa: E402
 
 from imagenet_shards.train.bench.compare import compare  # noqa: E402
 from imagenet_shards.train.bench.report import machine_info  # noqa: E402
 
 RESOLUTIONS = (224, 192, 160)
-MAX_SIDE = 400
-PIXEL_ROW = f"imagenet-shards (yuv420, {MAX_SIDE} px)"
-JPEG_ROW = "imagenet-shards (turbo)"
+PIXEL_ROW, JPEG_ROW = whole_job.PIXEL_ROW, whole_job.JPEG_ROW
 FFCV = {"rn18": "FFCV, rn18 write (10 % JPEG, 400 px)", "rn50": "FFCV, rn50 write (50 % JPEG, 500 px)"}
 # docs/recipes.md: ffcv-rn18-16 on one A100 in 35.0 min, an H200 assumed 2x; 12 epochs at 160 px, 4 at 192
 H200_RN18 = 2 * 16 * 1_281_167 / (35.0 * 60)
-RN18_SCHEDULE = ((160, 12), (192, 4))
-
-
-def derive(shards: Path, out: Path) -> Path:
-    """The pixel form of ``shards`` at ``MAX_SIDE`` in ``out`` (prepare-shards derive; resumes or
-    skips a job already done there)."""
-    from imagenet_shards.pipeline.prepare.derive import derive as derive_job
-
-    derive_job(str(shards), out=str(out), max_side=MAX_SIDE, workers=1, progress=False)
-    return out
+RN18_SCHEDULE = whole_job.recipe_schedule("ffcv-rn18-16")
 
 
 def tables(work: Path, *, peers, rounds: int, batches: int, say) -> dict:
     shards = benchmarks.make_data(work, classes=10, per_class=100, seed=1, say=say)
-    pixels = derive(shards, work / f"pixels-{MAX_SIDE}")
+    pixels = benchmarks.pixel_form(shards, benchmarks.pixel_dir(work))
     allowed = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {allowed[0]})
     try:
         return {res: compare(str(shards), res=res, work=str(work / "compare"), workers=1, batches=batches,
                              batch_size=64, rounds=rounds, peers=peers, progress=say, also_decoders=(),
-                             forms={f"yuv420, {MAX_SIDE} px": str(pixels)}, only=(JPEG_ROW, *FFCV.values()))
+                             forms={whole_job.PIXEL_LABEL: str(pixels)}, only=(JPEG_ROW, *FFCV.values()))
                 for res in RESOLUTIONS}
     finally:
         os.sched_setaffinity(0, set(allowed))

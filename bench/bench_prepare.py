@@ -136,7 +136,7 @@ class BusiestProcess:
         self._thread.join()
 
 
-def _timed(fn) -> dict:
+def timed(fn) -> dict:
     """Images, wall and CPU seconds of ``fn()`` (the process tree's), and the CPU seconds of its busiest
     process (this one or a worker)."""
     wait_until_idle()
@@ -156,7 +156,7 @@ def ours(train_tar: Path, out: Path, workers: int, restart_markers: bool = True)
         shutil.rmtree(out, ignore_errors=True)
         s = prepare(out=str(out), train=train_tar, config=config, workers=workers, progress=False)
         return s["images_processed"]
-    return {**_timed(run), "bytes": _shard_bytes(out)}
+    return {**timed(run), "bytes": shard_bytes(out)}
 
 
 def naive(train_tar: Path) -> dict:
@@ -178,7 +178,7 @@ def naive(train_tar: Path) -> dict:
                         img.save(io.BytesIO(), "JPEG", quality=QUALITY)
                         count += 1
         return count
-    return _timed(run)
+    return timed(run)
 
 
 def ffcv_round(python: Path, folders: list[Path], work: Path, write: str = "jpg") -> list[dict]:
@@ -225,7 +225,8 @@ def cpu_scaling(one: list[tuple[dict, dict]], two: list[tuple[dict, dict]]) -> f
     return median([(b1["cpu_s"] - a1["cpu_s"]) / max(1e-9, path(b2) - path(a2)) for (a1, b1), (a2, b2) in zip(one, two)])
 
 
-def _shard_bytes(out: Path) -> int:
+def shard_bytes(out: Path) -> int:
+    """Bytes of the shard files under ``out``."""
     return sum(p.stat().st_size for p in out.rglob("*.tar"))
 
 

@@ -7,16 +7,22 @@ Each table comes from this one run, on the same files, with the date, the machin
    --classes 10 --train-per-class 300 --val-per-class 10 --imagenet-like --no-quirks --seed SEED``
    (seed 1 by default: held out, not the set the code was tuned on), then ``prepare-shards`` with its
    defaults (restart-marker grid, longer side 500, q90);
+   and WORK/pixels-400, the pixel form of WORK/shards (``prepare-shards derive --pixels yuv420
+   --max-side 400``: FFCV rn18's max side), derived again only when the shards were rewritten;
 2. **loader per core** (``bench-loader --compare``'s ``compare``, this process pinned to one core, its
-   worker inheriting it): RandomResizedCrop + flip at 224 px (every row), 192 and 160 px (ours,
-   ImageFolder, DALI and the three FFCV rows: all JPEG, and ffcv-imagenet's rn50 and rn18 write
-   settings), images per CPU-second of the process tree, bytes per image each row reads;
+   worker inheriting it): RandomResizedCrop + flip at 224 px (every row), 192 and 160 px (ours over
+   the JPEG shards and over the pixel form, ImageFolder, DALI and the three FFCV rows: all JPEG, and
+   ffcv-imagenet's rn50 and rn18 write settings), images per CPU-second of the process tree, bytes per
+   image each row reads;
 3. **where our loader's time goes** (bench/profile_loader.py at 224 px);
 4. **prepare vs FFCV's writer** (bench/bench_prepare.py: marginal rates of N and 3N images, 1 worker
-   pinned to one core; 2 workers, with the CPU-time-based 1 -> 2 scaling);
-5. **the whole job**: CPU per image of preparing once plus 16 epochs (at 224 px, and at ffcv-imagenet's
-   rn50 16-epoch schedule, 12 epochs at 160 px then 4 at 192), ours against FFCV's writer and loader
-   in each of its write settings, from the figures of tables 2 and 4;
+   pinned to one core; 2 workers, with the CPU-time-based 1 -> 2 scaling), and derive's marginal rate
+   (the JPEG shards of those N and 3N images -> the pixel form, 1 worker pinned to one core, its rounds
+   after prepare's);
+5. **the whole job** (bench/whole_job.py): CPU per image of the offline stages once plus 16 epochs
+   (at 224 px, and on ffcv-imagenet's rn50 and rn18 16-epoch schedules, per epoch as the trainer runs
+   the recipes), ours (prepare; prepare + derive + the pixel form's loader) against FFCV's writer and
+   loader in each of its write settings, from the figures of tables 2 and 4, and issue 32's target;
 6. **what the restart-marker grid costs and buys**: bytes, prepare and loader rates with the grid
    (the default) and with ``--no-restart-markers`` (WORK/shards-plain, our loader alone at 224 px).
 Figures are measured here, never asserted; FFCV and DALI rows need ``--peers`` (or
@@ -40,16 +46,13 @@ sys.path.insert(0, str(HERE))
 
 import bench_prepare  # noqa: E402  (bench/, this folder)
 import profile_loader  # noqa: E402
+import whole_job as W  # noqa: E402
 
 from imagenet_shards.train.bench.compare import compare  # noqa: E402
-from imagenet_shards.train.bench.peers import FFCV_WRITES, PEERS  # noqa: E402
 from imagenet_shards.train.bench.report import machine_info  # noqa: E402
 
 RESOLUTIONS = (224, 192, 160)
 FEW_ROWS = ("imagenet-shards (turbo)", "torchvision ImageFolder", "DALI", "FFCV")  # at 192 and 160 px
-EPOCHS = 16
-RN50_SCHEDULE = ((160, 12), (192, 4))  # ffcv-imagenet rn50_16_epochs.yaml: min_res 160, max_res 192, ramp 11-13
-FFCV_ROW = {w: p.name for p in PEERS if p.write for w in (p.write,)}
 
 
 def _script(name: str) -> str:
@@ -66,7 +69,8 @@ def make_data(work: Path, *, classes: int, per_class: int, seed: int, say) -> Pa
         return work / "shards"
     say(f"writing the data under {work}")
     src = work / "src"
-    shutil.rmtree(src, ignore_errors=True)  # what an interrupted run left
+    for stale in (src, pixel_dir(work)):  # what an interrupted run left; the pixel form of older shards
+        shutil.rmtree(stale, ignore_errors=True)
     subprocess.run([_script("make-synthetic-imagenet"), str(src), *args, "--quiet"], check=True)
     for out, extra in ((work / "shards", []), (work / "shards-plain", ["--no-restart-markers"])):
         subprocess.run([_script("prepare-shards"), "--train", str(src / "ILSVRC2012_img_train.tar"),
@@ -77,14 +81,31 @@ def make_data(work: Path, *, classes: int, per_class: int, seed: int, say) -> Pa
     return work / "shards"
 
 
-def loader_tables(shards: Path, work: Path, *, peers, rounds: int, batches: int, batch_size: int, say) -> dict:
-    """compare() at each resolution, pinned to one core: {res: rows}; and "plain": our loader alone at
-    224 px on the shards without restart markers (what the grid buys)."""
+def pixel_dir(work: Path) -> Path:
+    """Where WORK keeps the pixel form of WORK/shards."""
+    return work / f"pixels-{W.PIXEL_SIDE}"
+
+
+def pixel_form(shards: Path, out: Path, max_side: int = W.PIXEL_SIDE) -> Path:
+    """The pixel form of ``shards`` at ``max_side`` in ``out`` (prepare-shards derive, one worker; it
+    resumes, or skips a job already done there); returns ``out``."""
+    from imagenet_shards.pipeline.prepare.derive import derive
+
+    derive(str(shards), out=str(out), max_side=max_side, workers=1, progress=False)
+    return out
+
+
+def loader_tables(shards: Path, pixels: Path, work: Path, *, peers, rounds: int, batches: int, batch_size: int,
+                  say) -> dict:
+    """compare() at each resolution, pinned to one core, with the pixel form ``pixels`` as a row:
+    {res: rows}; and "plain": our loader alone at 224 px on the shards without restart markers (what
+    the grid buys)."""
     allowed = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {allowed[0]})
     common = dict(workers=1, batches=batches, batch_size=batch_size, rounds=rounds, peers=peers, progress=say)
     try:
         tables = {res: compare(str(shards), res=res, work=str(work / "compare"),
+                               forms={W.PIXEL_LABEL: str(pixels)},
                                only=None if res == RESOLUTIONS[0] else FEW_ROWS, **common) for res in RESOLUTIONS}
         plain = shards.with_name(shards.name + "-plain")
         tables["plain"] = compare(str(plain), res=RESOLUTIONS[0], work=str(work / "compare-plain"), only=(), **common)
@@ -93,39 +114,55 @@ def loader_tables(shards: Path, work: Path, *, peers, rounds: int, batches: int,
         os.sched_setaffinity(0, set(allowed))
 
 
-def whole_job(loader: dict, prepare: list[dict]) -> list[dict]:
-    """CPU milliseconds per image of preparing once plus the epochs, ours and FFCV's per write setting."""
-    def rate(rows, name):
-        row = next((r for r in rows if r["name"] == name), None)
-        return row.get("images_per_cpu_s") if row else None
+def derive_rates(archives: Path, work: Path, *, n: int, rounds: int, say) -> dict:
+    """Table 4's derive row: ``prepare-shards derive`` (JPEG shards -> the pixel form at W.PIXEL_SIDE),
+    one worker pinned to one core, marginal rate between the shards of bench_prepare's N- and
+    3N-image subsets (prepared as its 1-worker row prepares them, untimed here); medians of
+    ``rounds`` rounds, bench_prepare's timing and summary."""
+    from imagenet_shards.pipeline.prepare.derive import derive
 
-    def prep(name):
-        row = next((r for r in prepare if r["name"].startswith(name)), None)
-        return row.get("marginal_img_cpu_s") if row else None
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[0]})
+    try:
+        sources = []
+        for k in (n, 3 * n):
+            tar, _, _ = bench_prepare.subset(archives / "ILSVRC2012_img_train.tar", k, work)
+            bench_prepare.ours(tar, work / f"jpeg-{k}", 1)
+            sources.append(work / f"jpeg-{k}")
+        out = work / "pixels-out"
 
-    contenders = [("imagenet-shards", "imagenet-shards prepare, 1 worker", "imagenet-shards (turbo)")]
-    contenders += [(FFCV_ROW[w], f"FFCV DatasetWriter, 1 worker ({bench_prepare.describe_write(w)})", FFCV_ROW[w])
-                   for w in FFCV_WRITES]
-    out = []
-    for name, prep_row, loader_row in contenders:
-        p = prep(prep_row)
-        schedules = {"16 epochs at 224 px": [(224, EPOCHS)], "rn50 schedule (12 x 160 px + 4 x 192 px)": RN50_SCHEDULE}
-        row = {"name": name, "prepare_ms": 1000 / p if p else None}
-        for label, plan in schedules.items():
-            rates = [(rate(loader[res], loader_row), n) for res, n in plan]
-            row[label] = (row["prepare_ms"] + sum(1000 * n / r for r, n in rates)
-                          if p and all(r for r, _ in rates) else None)
-        out.append(row)
-    for row in out[1:]:
-        for label in ("16 epochs at 224 px", "rn50 schedule (12 x 160 px + 4 x 192 px)"):
-            row[f"{label} ratio"] = row[label] / out[0][label] if row[label] and out[0][label] else None
-    return out
+        def once(src: Path) -> dict:
+            def run():
+                shutil.rmtree(out, ignore_errors=True)
+                return derive(str(src), out=str(out), max_side=W.PIXEL_SIDE, workers=1,
+                              progress=False)["images_processed"]
+            return {**bench_prepare.timed(run), "bytes": bench_prepare.shard_bytes(out)}
+
+        pairs = []
+        for r in range(rounds):
+            say(f"round {r + 1}/{rounds}: derive, 1 worker")
+            pairs.append(tuple(once(src) for src in sources))
+    finally:
+        os.sched_setaffinity(0, set(allowed))
+    return bench_prepare.summary(W.DERIVE_ROW, pairs)
+
+
+def prepare_tables(work: Path, *, n: int, rounds: int, peers, say) -> dict:
+    """Table 4: bench_prepare's rows, then derive's (after prepare's, whose rounds it does not share)."""
+    say("prepare-shards against FFCV's writer")
+    prep = bench_prepare.run_bench(work / "src", work / "prepare", n=n, rounds=rounds, peers=peers, progress=say)
+    say("prepare-shards derive")
+    row = derive_rates(work / "src", work / "prepare", n=n, rounds=rounds, say=say)
+    both = [prep["rows"][0].get("marginal_img_cpu_s"), row.get("marginal_img_cpu_s")]
+    row["note"] = "JPEG shards -> pixel shards" + (f"; prepare + derive: {1 / sum(1 / r for r in both):,.0f} img per "
+                                                   f"CPU-s" if all(both) else "")
+    prep["rows"].insert(1, row)
+    return prep
 
 
 # ----------------------------------------------------------------------------- markdown
 
-def _n(v, spec=",.0f") -> str:
-    return "—" if v is None else format(v, spec)
+_n = W.fmt
 
 
 def _grid_md(loader: dict, prepare: list[dict]) -> list[str]:
@@ -135,13 +172,14 @@ def _grid_md(loader: dict, prepare: list[dict]) -> list[str]:
     grid, plain = loader[RESOLUTIONS[0]][0], loader["plain"][0]
     pg, pp = prep("imagenet-shards prepare, 1 worker"), prep("imagenet-shards prepare, 1 worker, --no-restart-markers")
     growth = 100 * (grid["bytes_per_image"] / plain["bytes_per_image"] - 1)
+    rates = grid["images_per_cpu_s"], plain["images_per_cpu_s"]
+    speed = rates[0] / rates[1] if all(rates) else None  # None: a round too short for the CPU clock's 10 ms
     return ["| shards | KB per image | loader img/CPU-s, 224 px | prepare img/CPU-s |", "|---|---:|---:|---:|",
             f"| with the grid (default) | {grid['bytes_per_image'] / 1000:.1f} | {_n(grid['images_per_cpu_s'])} | "
             f"{_n(pg.get('marginal_img_cpu_s'))} |",
             f"| `--no-restart-markers` | {plain['bytes_per_image'] / 1000:.1f} | {_n(plain['images_per_cpu_s'])} | "
             f"{_n(pp.get('marginal_img_cpu_s'))} |", "",
-            f"The grid: {growth:+.2f} % bytes, ×{grid['images_per_cpu_s'] / plain['images_per_cpu_s']:.2f} loader "
-            f"images per CPU-second at 224 px."]
+            f"The grid: {growth:+.2f} % bytes, ×{_n(speed, '.2f')} loader images per CPU-second at 224 px."]
 
 
 def _loader_md(loader: dict) -> list[str]:
@@ -189,17 +227,6 @@ def _prepare_md(prep: dict) -> list[str]:
     return lines
 
 
-def _whole_md(rows: list[dict]) -> list[str]:
-    a, b = "16 epochs at 224 px", "rn50 schedule (12 x 160 px + 4 x 192 px)"
-    lines = [f"| contender | prepare, ms CPU per image | prepare + {a}, ms | theirs ÷ ours | prepare + {b}, ms | "
-             f"theirs ÷ ours |", "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['name']} | {_n(r['prepare_ms'], '.2f')} | {_n(r[a], '.1f')} | "
-                     f"{_n(r.get(a + ' ratio'), '.2f') if r is not rows[0] else '1.00'} | {_n(r[b], '.1f')} | "
-                     f"{_n(r.get(b + ' ratio'), '.2f') if r is not rows[0] else '1.00'} |")
-    return lines
-
-
 def markdown(result: dict) -> str:
     m, d = result["machine"], result["data"]
     cmd = "python bench/benchmarks.py " + " ".join(result["argv"])
@@ -214,7 +241,8 @@ def markdown(result: dict) -> str:
     out += ["", "#### Where our loader's time goes, 224 px", ""] + _profile_md(result["profile"])
     out += ["", f"#### prepare-shards vs FFCV's writer (marginal rates, N = {result['prepare']['images'][0]}, "
                 f"3N = {result['prepare']['images'][1]})", ""] + _prepare_md(result["prepare"])
-    out += ["", "#### The whole job: CPU per image, preparing once + the epochs", ""] + _whole_md(result["whole_job"])
+    out += ["", "#### The whole job: CPU per image, the offline stages once + the epochs", ""]
+    out += W.whole_md(result["whole_job"], result["schedules"])
     out += ["", "#### What the restart-marker grid costs and buys", ""] + _grid_md(result["loader"], result["prepare"]["rows"])
     return "\n".join(out)
 
@@ -239,7 +267,9 @@ def main(argv=None) -> int:
     say = (lambda msg: print(f"[benchmarks] {msg}", file=sys.stderr, flush=True))
     load0 = os.getloadavg()
     shards = make_data(work, classes=args.classes, per_class=args.train_per_class, seed=args.seed, say=say)
-    loader = loader_tables(shards, work, peers=args.peers, rounds=args.rounds, batches=args.batches,
+    say(f"the pixel form (yuv420, max side {W.PIXEL_SIDE}) under {pixel_dir(work)}")
+    pixels = pixel_form(shards, pixel_dir(work))
+    loader = loader_tables(shards, pixels, work, peers=args.peers, rounds=args.rounds, batches=args.batches,
                            batch_size=args.batch_size, say=say)
     say("profiling our loader at 224 px")
     allowed = sorted(os.sched_getaffinity(0))
@@ -248,9 +278,8 @@ def main(argv=None) -> int:
         prof = profile_loader.profile(str(shards), images=args.profile_images, res=224)
     finally:
         os.sched_setaffinity(0, set(allowed))
-    say("prepare-shards against FFCV's writer")
-    prep = bench_prepare.run_bench(work / "src", work / "prepare", n=args.n, rounds=args.rounds, peers=args.peers,
-                                   progress=say)
+    prep = prepare_tables(work, n=args.n, rounds=args.rounds, peers=args.peers, say=say)
+    columns = W.schedules()
     manifest = json.loads((shards / "manifest.json").read_text())
     train = manifest["splits"]["train"]
     result = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "argv": argv,
@@ -258,7 +287,8 @@ def main(argv=None) -> int:
               "load": [" / ".join(f"{x:.1f}" for x in load0), " / ".join(f"{x:.1f}" for x in os.getloadavg())],
               "data": bench_prepare.data_description(work / "src"),
               "stored_kb": sum(s["bytes"] for s in train["shards"]) / train["num_samples"] / 1000,
-              "loader": loader, "profile": prof, "prepare": prep, "whole_job": whole_job(loader, prep["rows"])}
+              "loader": loader, "profile": prof, "prepare": prep, "schedules": columns,
+              "whole_job": W.whole_job(loader, prep["rows"], columns)}
     result["shared_note"] = "; the box was shared with other jobs" if max(load0[0], os.getloadavg()[0]) > 1.5 else ""
     print(json.dumps(result, indent=1, default=str) if args.json else markdown(result))
     return 0

@@ -53,6 +53,7 @@ URL_PROBES = {
     ("inspect-shards", "--extract"): "data --key k --extract {url}",
     ("bench-loader", "DATA"): "{url}",
     ("bench-loader", "--peers"): "data --compare --peers {url}",
+    ("bench-loader", "--also-set"): "data --compare --also-set {url}",
     ("train-imagenet", "--data"): "--data {url} --out o",
     ("train-imagenet", "--out"): "--data data --out {url}",
     ("train-imagenet", "--cache-dir"): "--data data --out o --cache-dir {url}",

@@ -1,6 +1,6 @@
-"""bench/benchmarks.py (every per-core table of docs/benchmarks.md in one run): its whole-job sums and
-its markdown from given figures, and (slow) the script end to end on a tiny set; bench/bench_pixels.py's
-sums from given figures."""
+"""bench/benchmarks.py (every per-core table of docs/benchmarks.md in one run): its whole-job sums
+(bench/whole_job.py) and their markdown from given figures, and (slow) the script end to end on a tiny
+set; bench/bench_pixels.py's sums from given figures."""
 
 from __future__ import annotations
 
@@ -31,26 +31,62 @@ def pixels_script():
     return _load(SCRIPT.with_name("bench_pixels.py"))
 
 
+@pytest.fixture(scope="module")
+def whole():
+    return _load(SCRIPT.with_name("whole_job.py"))
+
+
+def test_job_ms_is_the_offline_stages_once_plus_each_epoch_at_its_resolution(whole):
+    """CPU ms per image = sum of 1000 / each offline stage's img per CPU-s + sum of epochs x 1000 / the
+    loader's img per CPU-s at their resolution; a missing figure gives None, never an estimate."""
+    assert whole.job_ms([250, 500], {160: 2000, 192: 1250}, ((160, 12), (192, 4))) == pytest.approx(4 + 2 + 6 + 3.2)
+    assert whole.job_ms([250], {}, ()) == pytest.approx(4)
+    assert whole.job_ms([250, None], {160: 2000}, ((160, 1),)) is None
+    assert whole.job_ms([250], {160: 2000}, ((160, 12), (192, 4))) is None  # 192 px not measured
+
+
+def test_the_schedules_are_the_recipes_as_the_trainer_runs_them(whole):
+    """ffcv-imagenet's rn50 and rn18 16-epoch configs: min_res 160, max_res 192, ramp 11-13, rounded to
+    32 px as its get_resolution does: 12 epochs at 160 px, then 4 at 192 (one column for both)."""
+    assert whole.recipe_schedule("ffcv-rn18-16") == whole.recipe_schedule("ffcv-rn50-16") == ((160, 12), (192, 4))
+    columns = whole.schedules()
+    assert [c["plan"] for c in columns.values()] == [((224, 16),), ((160, 12), (192, 4))]
+    assert list(columns.values())[1]["recipes"] == ("ffcv-rn50-16", "ffcv-rn18-16")
+
+
 def _row(name, cpu):
     return {"name": name, "images_per_cpu_s": cpu, "speedup_cpu": None, "bytes_per_image": 1e5, "note": ""}
 
 
-def test_whole_job_is_prepare_once_plus_the_epochs(script):
-    """CPU ms per image = 1000 / prepare's marginal img per CPU-s + epochs x 1000 / the loader's, per
-    contender; the rn50 schedule is 12 epochs at 160 px and 4 at 192 (ffcv-imagenet rn50_16_epochs)."""
-    ffcv = script.FFCV_ROW["jpg"]
-    loader = {224: [_row("imagenet-shards (turbo)", 1000), _row(ffcv, 500)],
-              192: [_row("imagenet-shards (turbo)", 1250), _row(ffcv, 625)],
-              160: [_row("imagenet-shards (turbo)", 2000), _row(ffcv, 800)]}
-    prepare = [{"name": "imagenet-shards prepare, 1 worker", "marginal_img_cpu_s": 250},
-               {"name": "FFCV DatasetWriter, 1 worker (jpg q90, max side 500)", "marginal_img_cpu_s": 200}]
-    ours, theirs, *others = script.whole_job(loader, prepare)
-    a, b = "16 epochs at 224 px", "rn50 schedule (12 x 160 px + 4 x 192 px)"
-    assert ours["prepare_ms"] == 4 and ours[a] == pytest.approx(4 + 16) and ours[b] == pytest.approx(4 + 6 + 3.2)
-    assert theirs[a] == pytest.approx(5 + 32) and theirs[f"{a} ratio"] == pytest.approx(37 / 20)
-    assert theirs[b] == pytest.approx(5 + 15 + 6.4)
-    assert all(r[a] is None for r in others)  # no figures: no sum, never an estimate
-    assert "| imagenet-shards | 4.00 | 20.0 | 1.00 |" in "\n".join(script._whole_md([ours, theirs, *others]))
+def test_whole_job_rows_ratios_and_the_target_line(whole):
+    """Each contender's offline stages (ours pixel: prepare + derive) and its loader row over each
+    column's schedule; ratios over both of ours; the target is FFCV rn18 ÷ ours pixel on ffcv-rn18-16."""
+    columns = whole.schedules()
+    a, b = list(columns)
+    rn18, jpg = whole.FFCV_ROW["rn18"], whole.FFCV_ROW["jpg"]
+    rates = {224: (1000, 2000, 1000), 192: (1250, 2500, 1250), 160: (2000, 4000, 1600)}
+    loader = {res: [_row(whole.JPEG_ROW, j), _row(whole.PIXEL_ROW, p), _row(rn18, f)]
+              for res, (j, p, f) in rates.items()}
+    loader["plain"] = [_row(whole.JPEG_ROW, 1)]  # not a resolution: ignored
+    prepare = [{"name": whole.PREPARE_ROW, "marginal_img_cpu_s": 250},
+               {"name": whole.DERIVE_ROW, "marginal_img_cpu_s": 500},
+               {"name": "FFCV DatasetWriter, 1 worker (10 % JPEG q90, the rest raw, max side 400)",
+                "marginal_img_cpu_s": 200}]
+    rows = {r["name"]: r for r in whole.whole_job(loader, prepare, columns)}
+    ours, pixel, theirs = rows[whole.OURS_JPEG], rows[whole.OURS_PIXEL], rows[rn18]
+    assert (ours["offline_ms"], pixel["offline_ms"], theirs["offline_ms"]) == pytest.approx((4, 6, 5))
+    assert ours["ms"][a] == pytest.approx(4 + 16) and pixel["ms"][a] == pytest.approx(6 + 8)
+    assert pixel["ms"][b] == pytest.approx(6 + 3 + 1.6) and theirs["ms"][b] == pytest.approx(5 + 7.5 + 3.2)
+    assert theirs["over"][b][whole.OURS_PIXEL] == pytest.approx(15.7 / 10.6)
+    assert ours["over"][a][whole.OURS_JPEG] == 1 and rows[jpg]["ms"][a] is None  # FFCV jpg: no figures
+    md = "\n".join(whole.whole_md(list(rows.values()), columns))
+    assert f"| {whole.OURS_PIXEL} | 6.00 | 14.0 | 0.70 | 1.00 |" in md
+    assert md.endswith(f"not met, ×{15.7 / 10.6:.2f}** in this run.")
+    prepare[2]["marginal_img_cpu_s"] = 50  # 20 ms to write: now ×(20 + 10.7) / 10.6
+    line = whole.target(whole.whole_job(loader, prepare, columns), columns)
+    assert line.endswith(f": met, ×{30.7 / 10.6:.2f}** in this run.")
+    del prepare[1]  # derive not measured: no pixel job, no target figure
+    assert "not measured" in whole.target(whole.whole_job(loader, prepare, columns), columns)
 
 
 @pytest.mark.slow

@@ -7,12 +7,14 @@ at all: no estimate, no figure measured elsewhere.
 from __future__ import annotations
 
 import json
+import posixpath
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
 from imagenet_shards.pipeline import storage
+from imagenet_shards.pipeline.format.manifest import manifest_form
 from imagenet_shards.train.bench import peers as P
 from imagenet_shards.train.bench.baselines import baselines, export_image_folder, val_resize
 from imagenet_shards.train.bench.measure import our_stream
@@ -70,7 +72,8 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
     The first row is our loader with ``decoder``; ``also_decoders`` (default: ``pil`` when that is
     not the decoder already) adds our loader with those decoders as rows of their own, so the table
     shows what the decoder alone buys; ``forms`` ({label: shard set}) adds our loader over other
-    shard sets of the same images (the pixel form: ``imagenet-shards (LABEL)``). If our own loader
+    shard sets of the same images (the pixel form: ``imagenet-shards (LABEL)``; ValueError when one's
+    split holds another number of samples, before anything runs). If our own loader
     fails, that error propagates. Then the baselines (``baselines.py``), then DALI and FFCV, each a
     subprocess in its environment under ``peers`` (default ``$IMAGENET_SHARDS_PEERS``; ``peers.py``).
 
@@ -80,6 +83,7 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
     the peers are part of the tree): the previous loader's workers finish their prefetching on
     their own time, not the next one's."""
     shards = D.split_shards(D.read_manifest(data), data, split)
+    others = _other_sets(forms or {}, data, sum(s.num_samples for s in shards), split)
     tmp = Path(work) if work else Path(tempfile.mkdtemp(prefix="bench-loader-"))
     tmp.mkdir(parents=True, exist_ok=True)
     wanted = None if only is None else tuple(only)
@@ -89,7 +93,7 @@ def compare(data: str, *, workers: int = 1, batches: int = 50, batch_size: int =
         folder = tmp / f"images-{split}"
         _folder_export(shards, folder, progress)
         shard_bytes, file_bytes = _mean_bytes(shards, folder)
-        ours = _our_rows(table, data, forms or {}, decoder, also_decoders, shard_bytes,
+        ours = _our_rows(table, data, others, decoder, also_decoders, shard_bytes,
                          dict(split=split, workers=workers, batch_size=batch_size, res=res, dct_scaling=dct_scaling))
         _baseline_rows(table, shards, folder, shard_bytes, file_bytes,
                        dict(res=res, batch_size=batch_size, workers=workers, train=split == "train"))
@@ -126,8 +130,31 @@ class _Table:
             self.timers[name] = timer
 
 
-def _our_rows(table: _Table, data: str, forms: dict[str, str], decoder: str, also_decoders, shard_bytes: float,
-              common: dict) -> str:
+def form_label(data: str) -> str:
+    """The row label of another shard set of the same images (``bench-loader --also-set``): its form and
+    max side (``yuv420, 400 px``: a ``prepare-shards derive`` set), else its form and folder name."""
+    m = D.read_manifest(data)
+    side = m.get("max_side")
+    return f"{manifest_form(m)}, {side} px" if side else f"{manifest_form(m)}, {posixpath.basename(data.rstrip('/'))}"
+
+
+def _other_sets(forms: dict[str, str], data: str, samples: int, split: str) -> dict[str, tuple[str, float]]:
+    """{label: (shard set, bytes per image of its ``split``)} of ``forms``; ValueError (one line) for a
+    set whose split holds another number of samples than DATA's ``samples``: not the same images."""
+    out = {}
+    for label, other in forms.items():
+        shards = D.split_shards(D.read_manifest(other), other, split)
+        count = sum(s.num_samples for s in shards)
+        if count != samples:
+            raise ValueError(f"{storage.redact(other)} holds {count} {split} samples and {storage.redact(data)} "
+                             f"{samples}: a set compared beside DATA must hold the same images (prepare-shards "
+                             f"derive DATA makes one)")
+        out[label] = (other, sum(storage.size(s.url) for s in shards) / max(1, count))
+    return out
+
+
+def _our_rows(table: _Table, data: str, others: dict[str, tuple[str, float]], decoder: str, also_decoders,
+              shard_bytes: float, common: dict) -> str:
     """Our loader's rows (the first one the reference of the ratios); returns its name."""
     main = dec.resolve_decoder(decoder)
     ours = f"imagenet-shards ({main})"
@@ -136,9 +163,7 @@ def _our_rows(table: _Table, data: str, forms: dict[str, str], decoder: str, als
     for d in dict.fromkeys(dec.resolve_decoder(d) for d in also):
         if table.wants(f"imagenet-shards ({d})"):
             table.add(f"imagenet-shards ({d})", shard_bytes, _timer(our_stream(data, decoder=d, **common)[0]))
-    for label, other in forms.items():
-        others = D.split_shards(D.read_manifest(other), other, common["split"])
-        size = sum(storage.size(s.url) for s in others) / max(1, sum(s.num_samples for s in others))
+    for label, (other, size) in others.items():
         table.add(f"imagenet-shards ({label})", size, _timer(our_stream(other, decoder=decoder, **common)[0]))
     return ours
 

@@ -21,7 +21,7 @@ import torch
 
 from imagenet_shards.pipeline import storage
 from imagenet_shards.pipeline.console import WORKERS_RULE, OneLineParser, worker_count
-from imagenet_shards.train.bench.compare import compare
+from imagenet_shards.train.bench.compare import compare, form_label
 from imagenet_shards.train.bench.measure import measure_loader
 from imagenet_shards.train.bench.peers import PEERS_ENV
 from imagenet_shards.train.bench.report import machine_info, text_lines
@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", metavar="DIR", default=None,
                    help=f"with --compare: the folder shared/peers/setup.sh built, whose ffcv/ and dali/ environments "
                         f"run the FFCV and DALI rows (default: ${PEERS_ENV}; neither: those rows are not run)")
+    p.add_argument("--also-set", metavar="DIR", action="append", default=None,
+                   help="with --compare: another shard set of the same images (e.g. the pixel form that "
+                        "prepare-shards derive DATA --pixels yuv420 --max-side 400 writes) as a row of its own, "
+                        "'imagenet-shards (FORM, MAX_SIDE px)'; repeatable (default: none)")
     p.add_argument("--target-img-s", type=float, default=None, metavar="RATE",
                    help="the rate training needs (e.g. train-imagenet --synthetic-data's steady img/s for your model "
                         "and GPUs): prints whether this loader is the bottleneck and what would fix it "
@@ -81,6 +85,9 @@ def main(argv=None) -> int:
     if args.peers and not args.compare:
         print("error: --peers only matters with --compare", file=sys.stderr)
         return 2
+    if args.also_set and not args.compare:
+        print("error: --also-set only matters with --compare", file=sys.stderr)
+        return 2
     if args.peers and storage.is_remote(args.peers):
         print(f"error: --peers takes a local path, not a URL ({storage.redact(args.peers)})", file=sys.stderr)
         return 2
@@ -91,7 +98,12 @@ def main(argv=None) -> int:
                   res=args.res, warmup=args.warmup, dct_scaling=args.dct_scaling)
     try:
         if args.compare:
-            rows = compare(args.data, rounds=args.rounds, peers=args.peers, progress=say, split=args.split, **common)
+            forms = {}
+            for other in args.also_set or ():
+                label = form_label(other)
+                forms[label if label not in forms else f"{label}, {storage.redact(other)}"] = other
+            rows = compare(args.data, rounds=args.rounds, peers=args.peers, progress=say, split=args.split, forms=forms,
+                           **common)
             result = {k: rows[0][k] for k in ("images_per_s", "images_per_s_best", "images_per_s_per_worker",
                                               "images_per_cpu_s")}
             result.update(workers=args.workers, batch_size=args.batch_size, res=args.res, split=args.split,

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.fixtures.loader import write_shard_set
+from tests.fixtures.loader import to_pixel_set, write_shard_set
 from imagenet_shards.train.bench import compare as C
 from imagenet_shards.train.bench import peers as P
 from imagenet_shards.train.bench import run as bench
@@ -298,6 +298,23 @@ def test_peer_rows_carry_figures_timed_in_the_peer_and_the_peers_are_ended(bench
     assert by["dies"]["note"] == "not run: dies failed while timed: it exited with status 3"
     assert all(by["dies"][k] is None for k in C.FIGURES)
     assert len(started) == 2 and all(p.proc.poll() is not None for p in started)
+
+
+def test_also_set_adds_the_pixel_form_as_a_row_and_refuses_other_images(bench_set, tmp_path, capsys):
+    """--also-set DIR: the same images in another form (here prepare-shards derive's pixel form at max
+    side 64) are a row of their own, named by the set's form and max side, with its bytes per image."""
+    pixels = str(to_pixel_set(bench_set, max_side=64))
+    out = _compare_json(bench_set, capsys, "--workers", "0", "--rounds", "1", "--also-set", pixels, *TINY)
+    rows = {r["name"]: r for r in out["compare"]}
+    row = rows["imagenet-shards (yuv420, 64 px)"]
+    assert row["note"] == "" and row["images_per_s"] > 0
+    assert row["bytes_per_image"] != out["compare"][0]["bytes_per_image"] > 0  # its own shards, not DATA's
+    other = write_shard_set(tmp_path / "other", train=16, val=4, shard_samples=16, num_classes=4)
+    assert bench.main([bench_set, "--compare", "--also-set", str(other), *TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "holds 16 train samples" in err and "\n" not in err
+    assert bench.main([bench_set, "--also-set", pixels]) == 2
+    assert capsys.readouterr().err.strip() == "error: --also-set only matters with --compare"
 
 
 def test_peers_flag_needs_compare(bench_set, capsys):
