@@ -67,7 +67,7 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.cfg, self.workers = batch_size, cfg, workers
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle_buffer, self.strict = shuffle_buffer, strict
-        self.repeats = repeats
+        self.repeats, self.accumulate = repeats, accumulate
         # repeated augmentation's copies spread over the micro-batches of a step (plan.spread_plan)
         self.spread = plan_.spread(world_size, repeats, accumulate) if cfg.train else 1
         self.streams = plan_.streams(max(1, workers), world_size=world_size, repeats=repeats,
@@ -272,13 +272,17 @@ class ShardLoader:
                 "ra_micro_batches": d.spread,
                 "remaining": position.pack(d.remaining.numpy()) if rest else None}
 
+    def _keep(self) -> int:
+        """Positions kept back: a stop inside a step of ``accumulate`` saves from that step's start."""
+        return position.SNAPSHOTS + self.dataset.accumulate
+
     def position(self, batches: int | None = None) -> dict:
         """This rank's position after ``batches`` batches of the current iteration (default: all
         handed over so far): plain numbers, see ``position.EpochProgress``."""
         progress = self._progress
         if progress is None or progress.epoch != self.epoch:
             start = self._start if self._start and self._start["epoch"] == self.epoch else None
-            progress = EpochProgress(self.epoch, self.dataset.streams, start)
+            progress = EpochProgress(self.epoch, self.dataset.streams, start, keep=self._keep())
         return progress.state(batches)
 
     def resume(self, plan: dict, positions: list[dict]) -> dict:
@@ -339,7 +343,8 @@ class ShardLoader:
         epoch = self.epoch
         start = self._start if int(self.dataset.state[RESUMED]) == epoch or int(self.dataset.state[REST]) == epoch else None
         streams, planned = max(1, self.dataset.workers), self.dataset.streams
-        progress = self._progress = EpochProgress(epoch, planned, start if start and start["epoch"] == epoch else None)
+        progress = self._progress = EpochProgress(epoch, planned, start if start and start["epoch"] == epoch else None,
+                                                  keep=self._keep())
         rotation = self.dataset.rotation(epoch)
         stats = self.stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0, "bad_keys": [],
                               "duplicated": 0, "recycled": 0}
