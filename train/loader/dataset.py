@@ -298,9 +298,15 @@ class ShardLoader:
         for name, mine in (("sizes", list(d.sizes)), ("batch_size", d.batch_size), ("seed", d.seed),
                            ("shuffle_buffer", d.shuffle_buffer), ("repeats", d.repeats),
                            ("ra_micro_batches", d.spread)):
-            if plan.get(name, 1 if name in ("repeats", "ra_micro_batches") else None) != mine:
-                shown = (f"{len(plan[name])} shards of {sum(plan[name])} samples", f"{len(mine)} of {sum(mine)}") \
-                    if name == "sizes" else (plan[name], mine)
+            theirs = plan.get(name, 1 if name in ("repeats", "ra_micro_batches") else None)  # older positions lack them
+            if theirs != mine and name == "ra_micro_batches":
+                raise PlanError(f"the saved loader position spreads repeated augmentation's copies over {theirs} "
+                                f"micro-batch{'es' if theirs != 1 else ''} of a step, this loader over {mine} "
+                                f"(--accumulate with --ra-reps on fewer ranks than copies; a position saved before "
+                                f"the copies were spread has 1): resume from the epoch-end checkpoint")
+            if theirs != mine:
+                shown = (f"{len(theirs)} shards of {sum(theirs)} samples", f"{len(mine)} of {sum(mine)}") \
+                    if name == "sizes" else (theirs, mine)
                 raise PlanError(f"the saved loader position is for {name} {shown[0]}, this loader has {shown[1]}")
         self.set_epoch(epoch)
         same = plan["world_size"] == d.world_size and plan["workers"] == max(1, d.workers)

@@ -158,9 +158,20 @@ def test_loader_steps_hold_each_sample_once_per_forward_and_resume_mid_step(shar
         assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(straight[cut:], rest)), cut
         end = again.position()
         assert end["batches"] == len(straight) and end["samples"] == len(straight) * B
-    with pytest.raises(D.PlanError, match="ra_micro_batches 1, this loader has"):
+    with pytest.raises(D.PlanError, match="over 1 micro-batch of a step, this loader over 4 "):
         _loader(shards, workers=workers, accumulate=accumulate).resume(
             _loader(shards, workers=workers).plan_state(), [first.position(cut)])
+
+
+def test_a_position_saved_before_the_copies_were_spread_is_refused_in_one_line(shards):
+    """A mid-epoch checkpoint of --ra-reps 4 --accumulate 4 on one GPU written before the spread plan
+    (its loader plan has no ``ra_micro_batches``): one PlanError line, not a KeyError."""
+    first = _loader(shards, workers=0)
+    next(iter(first))
+    old = {k: v for k, v in first.plan_state().items() if k != "ra_micro_batches"}
+    with pytest.raises(D.PlanError, match=r"^the saved loader position spreads repeated augmentation's copies "
+                                          r"over 1 micro-batch of a step, this loader over 4 \(--accumulate with"):
+        _loader(shards, workers=0, accumulate=4).resume(old, [first.position()])
 
 
 def _ddp_rank(rank, world, data, outdir):
