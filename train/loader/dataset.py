@@ -405,8 +405,9 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     ``"stop"`` (a ``ShardDigestError`` naming it) or ``"skip"`` (its samples counted as bad samples,
     with the reason). ``interpolation``: the crops' filter, bilinear or bicubic, or for train crops
     random (timm's per-image choice; ``augment.interpolation``). ``accumulate``: micro-batches per
-    optimizer step (``position`` keeps that many more batches back); with ``repeats`` > 1 on fewer ranks than repeats, the copies of a sample go to
-    different micro-batches of a step (``plan.spread_plan``). ``dct_scaling``: ``"off"`` decodes
+    optimizer step (``position`` keeps that many more batches back); with ``repeats`` > 1 on fewer
+    ranks than repeats, the copies of a sample go to different micro-batches of a step
+    (``plan.spread_plan``). ``dct_scaling``: ``"off"`` decodes
     every JPEG crop at full size instead of libjpeg's 1/2, 1/4, 1/8 scale (``decode.DCT_SCALINGS``)."""
     if train is None:
         train = split == "train"

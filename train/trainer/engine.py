@@ -190,7 +190,8 @@ class _StepStart:
         with torch.no_grad():
             if self.buffers:
                 torch._foreach_copy_(self.saved, self.buffers)
-        self.rng = (torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        self.rng = (torch.get_rng_state(), cuda)
 
     def put_back(self) -> None:
         with torch.no_grad():

@@ -34,7 +34,8 @@ def test_a_sigterm_inside_a_spread_epoch_resumes_exactly(tmp_path):
     refused = _launch(tmp_path, 1, [*common, "--workers", "2", "--out", split, "--resume", "auto"])
     text, _ = refused.communicate(timeout=200)
     errors = [line for line in text.splitlines() if line.startswith("error:")]
-    assert refused.returncode == 2 and len(errors) == 1 and "repeated augmentation (x4) cannot continue" in errors[0], text
+    assert refused.returncode == 2 and len(errors) == 1, text
+    assert "repeated augmentation (x4) cannot continue" in errors[0], text
     _run(tmp_path, 1, [*common, "--workers", "3", "--out", split, "--resume", "auto"])
     _assert_same_weights(straight, split, "spread resume")
     assert [r["data_fingerprint"] for r in _epochs(split)] == [r["data_fingerprint"] for r in a]

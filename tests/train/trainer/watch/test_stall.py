@@ -196,8 +196,8 @@ def test_a_stop_past_its_deadline_inside_a_step_checkpoints_the_step_start():
     from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
     cpu = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
-    data = [(torch.randint(0, 255, (4, 3, 4, 4), dtype=torch.uint8, generator=gen), torch.randint(0, 3, (4,), generator=gen))
-            for _ in range(8)]
+    data = [(torch.randint(0, 255, (4, 3, 4, 4), dtype=torch.uint8, generator=gen),
+             torch.randint(0, 3, (4,), generator=gen)) for _ in range(8)]
 
     def run(batches):
         torch.manual_seed(0)
