@@ -67,7 +67,7 @@ class ShardDataset(IterableDataset):
         self.batch_size, self.cfg, self.workers = batch_size, cfg, workers
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle_buffer, self.strict = shuffle_buffer, strict
-        self.repeats = repeats
+        self.repeats, self.accumulate = repeats, accumulate
         # repeated augmentation's copies spread over the micro-batches of a step (plan.spread_plan)
         self.spread = plan_.spread(world_size, repeats, accumulate) if cfg.train else 1
         self.streams = plan_.streams(max(1, workers), world_size=world_size, repeats=repeats,
@@ -272,13 +272,17 @@ class ShardLoader:
                 "ra_micro_batches": d.spread,
                 "remaining": position.pack(d.remaining.numpy()) if rest else None}
 
+    def _keep(self) -> int:
+        """Positions kept back: a stop inside a step of ``accumulate`` saves from that step's start."""
+        return position.SNAPSHOTS + self.dataset.accumulate
+
     def position(self, batches: int | None = None) -> dict:
         """This rank's position after ``batches`` batches of the current iteration (default: all
         handed over so far): plain numbers, see ``position.EpochProgress``."""
         progress = self._progress
         if progress is None or progress.epoch != self.epoch:
             start = self._start if self._start and self._start["epoch"] == self.epoch else None
-            progress = EpochProgress(self.epoch, self.dataset.streams, start)
+            progress = EpochProgress(self.epoch, self.dataset.streams, start, keep=self._keep())
         return progress.state(batches)
 
     def resume(self, plan: dict, positions: list[dict]) -> dict:
@@ -294,9 +298,15 @@ class ShardLoader:
         for name, mine in (("sizes", list(d.sizes)), ("batch_size", d.batch_size), ("seed", d.seed),
                            ("shuffle_buffer", d.shuffle_buffer), ("repeats", d.repeats),
                            ("ra_micro_batches", d.spread)):
-            if plan.get(name, 1 if name in ("repeats", "ra_micro_batches") else None) != mine:
-                shown = (f"{len(plan[name])} shards of {sum(plan[name])} samples", f"{len(mine)} of {sum(mine)}") \
-                    if name == "sizes" else (plan[name], mine)
+            theirs = plan.get(name, 1 if name in ("repeats", "ra_micro_batches") else None)  # older positions lack them
+            if theirs != mine and name == "ra_micro_batches":
+                raise PlanError(f"the saved loader position spreads repeated augmentation's copies over {theirs} "
+                                f"micro-batch{'es' if theirs != 1 else ''} of a step, this loader over {mine} "
+                                f"(--accumulate with --ra-reps on fewer ranks than copies; a position saved before "
+                                f"the copies were spread has 1): resume from the epoch-end checkpoint")
+            if theirs != mine:
+                shown = (f"{len(theirs)} shards of {sum(theirs)} samples", f"{len(mine)} of {sum(mine)}") \
+                    if name == "sizes" else (theirs, mine)
                 raise PlanError(f"the saved loader position is for {name} {shown[0]}, this loader has {shown[1]}")
         self.set_epoch(epoch)
         same = plan["world_size"] == d.world_size and plan["workers"] == max(1, d.workers)
@@ -339,7 +349,8 @@ class ShardLoader:
         epoch = self.epoch
         start = self._start if int(self.dataset.state[RESUMED]) == epoch or int(self.dataset.state[REST]) == epoch else None
         streams, planned = max(1, self.dataset.workers), self.dataset.streams
-        progress = self._progress = EpochProgress(epoch, planned, start if start and start["epoch"] == epoch else None)
+        progress = self._progress = EpochProgress(epoch, planned, start if start and start["epoch"] == epoch else None,
+                                                  keep=self._keep())
         rotation = self.dataset.rotation(epoch)
         stats = self.stats = {"epoch": epoch, "samples": 0, "batches": 0, "bad_samples": 0, "bad_keys": [],
                               "duplicated": 0, "recycled": 0}
@@ -394,8 +405,9 @@ def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = 
     ``"stop"`` (a ``ShardDigestError`` naming it) or ``"skip"`` (its samples counted as bad samples,
     with the reason). ``interpolation``: the crops' filter, bilinear or bicubic, or for train crops
     random (timm's per-image choice; ``augment.interpolation``). ``accumulate``: micro-batches per
-    optimizer step; with ``repeats`` > 1 on fewer ranks than repeats, the copies of a sample go to
-    different micro-batches of a step (``plan.spread_plan``). ``dct_scaling``: ``"off"`` decodes
+    optimizer step (``position`` keeps that many more batches back); with ``repeats`` > 1 on fewer
+    ranks than repeats, the copies of a sample go to different micro-batches of a step
+    (``plan.spread_plan``). ``dct_scaling``: ``"off"`` decodes
     every JPEG crop at full size instead of libjpeg's 1/2, 1/4, 1/8 scale (``decode.DCT_SCALINGS``)."""
     if train is None:
         train = split == "train"

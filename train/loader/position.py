@@ -35,7 +35,9 @@ from imagenet_shards.train.loader.batching import BatchInfo, StreamPosition, exp
 from imagenet_shards.train.loader.plan import WorkerPlan, epoch_plan, repeat_counts, sample_ids
 from imagenet_shards.train.loader.reading import SKIPPED
 
-SNAPSHOTS = 4  # batches of history kept: the prefetcher's one batch ahead, and some margin
+# batches of history kept: the prefetcher's one batch ahead, and some margin; a loader fed to
+# --accumulate A keeps A more (a stop past its deadline saves the last completed step's start)
+SNAPSHOTS = 4
 
 
 def seed_of(*parts: int) -> int:
@@ -177,9 +179,9 @@ class EpochProgress:
 
     ``start`` is a position saved earlier in the same epoch (``state()``), whose counts and
     fingerprint carry on; ``state(n)`` is the position after batch ``n`` of this iteration's
-    run of batches, for any of the last ``SNAPSHOTS`` batches."""
+    run of batches, for any of the last ``keep`` batches (default ``SNAPSHOTS``)."""
 
-    def __init__(self, epoch: int, workers: int, start: dict | None = None):
+    def __init__(self, epoch: int, workers: int, start: dict | None = None, keep: int = SNAPSHOTS):
         start = start or {}
         self.epoch = epoch
         self.workers = [tuple(StreamPosition(*w)) for w in start.get("workers", [StreamPosition()] * workers)]
@@ -187,7 +189,7 @@ class EpochProgress:
         self.batches = 0  # this iteration's
         self.counts = {k: int(start.get(k, 0)) for k in ("samples", "bad_samples", "duplicated")}
         self.fingerprint = tuple(start.get("fingerprint", fingerprint.EMPTY))
-        self._history = collections.deque(maxlen=SNAPSHOTS)
+        self._history = collections.deque(maxlen=keep)
         self._history.append(self._snapshot())
 
     def _snapshot(self) -> dict:

@@ -93,8 +93,9 @@ def make_loaders(config: TrainConfig, info: DistInfo, num_classes: int, num_trai
         common["aug"] = None if config.aug == "none" else config.aug
         common["bad_shards"] = "skip" if config.skip_bad_shards else "stop"  # a digest mismatch (loader/reading.py)
         common["dct_scaling"] = config.dct_scaling
-        # repeated augmentation on fewer ranks than copies: the copies go to different micro-batches of a step
-        train_extra = {"repeats": config.ra_reps, "accumulate": config.accumulate} if config.ra_reps > 1 else {}
+        # accumulate: the loader keeps positions back to a step's start (a stop inside a step); with repeated
+        # augmentation on fewer ranks than copies, the copies go to different micro-batches of a step
+        train_extra = {"accumulate": config.accumulate, **({"repeats": config.ra_reps} if config.ra_reps > 1 else {})}
         val_extra = {"val_crop_ratio": config.val_crop_ratio, "keys": config.eval_real}
     try:
         train_loader = make(config.data, "train", config.batch_size, train=True, res=res,

@@ -174,6 +174,34 @@ class _Log:
         return now_sums
 
 
+class _StepStart:
+    """What a step's forwards change besides the weights: the model's buffers (BatchNorm running
+    statistics) and the torch (and CUDA) random state (dropout). Taken at each step's start under
+    --accumulate on one process, and put back before the checkpoint a stop past its deadline writes
+    inside a step, so that checkpoint is the last completed step's (an exact resume)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device):
+        self.device = device
+        self.buffers = [b for b in model.buffers()]
+        self.saved = [b.detach().clone() for b in self.buffers]
+        self.rng: tuple = ()
+
+    def take(self) -> None:
+        with torch.no_grad():
+            if self.buffers:
+                torch._foreach_copy_(self.saved, self.buffers)
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        self.rng = (torch.get_rng_state(), cuda)
+
+    def put_back(self) -> None:
+        with torch.no_grad():
+            if self.buffers:
+                torch._foreach_copy_(self.buffers, self.saved)
+        torch.set_rng_state(self.rng[0])
+        if self.rng[1] is not None:
+            torch.cuda.set_rng_state(self.rng[1], self.device)
+
+
 def _forward_backward(how: StepRecord, batch, last_micro: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """One loader batch's forward and backward (DDP's gradient sync only on an optimizer step's last
     batch); returns (loss, logits)."""
@@ -222,7 +250,8 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
     asks for a mid-epoch checkpoint, `checkpoint(epoch steps done, sums)` writes it; when it says
     stop, the epoch ends (`EpochStats.stopped`). A stop past its deadline while waiting for a batch
     (`StopOverdue` out of the loader) ends it too (`EpochStats.overdue`), with the checkpoint of the
-    last completed step (its sums: a copy kept at each step's end under `accumulate`). The batch
+    last completed step (its sums: a copy kept at each step's end under `accumulate`; the model's
+    buffers and the torch random state: taken at each step's start, `_StepStart`). The batch
     iterator is closed at the end, also when the epoch ends early (so the loader stops and counts
     what it saw).
     (Over 80 lines: one loop whose host syncs, at the warm-up mark, step 1, a log line, a
@@ -248,6 +277,9 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
     start = time.perf_counter()
     it = iter(batches)
     micro = 0
+    # under DDP a stop past its deadline writes no checkpoint (the other ranks wait in a collective)
+    step_start = _StepStart(how.model, device) if accumulate > 1 and checkpoint is not None \
+        and not info.distributed else None
     try:
         for batch in it:
             if done == warmup and micro == 0:
@@ -255,6 +287,8 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
                 steady_start, steady_images = time.perf_counter(), images
             if micro == 0:
                 how.optimizer.zero_grad(set_to_none=True)
+                if step_start is not None:
+                    step_start.take()
             micro += 1
             loss, logits = _forward_backward(how, batch, last_micro=micro == accumulate)
             running.add(loss, logits, batch.labels)
@@ -292,6 +326,8 @@ def train_one_epoch(batches: DevicePrefetcher, how: StepRecord, *, epoch: int, s
             close()
         bar.close()
     if overdue and done and checkpoint is not None:
+        if micro and step_start is not None:  # the partial step's forwards moved BatchNorm and the RNG
+            step_start.put_back()
         checkpoint(epoch_step + done, at_step.read())
     if running.seen != log.interval.sums[2]:  # the loader ended before len() said it would
         log.flush(running, step + done)

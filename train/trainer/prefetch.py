@@ -94,8 +94,9 @@ class DevicePrefetcher:
 
     def __init__(self, loader: Iterable, device: torch.device, *, dtype: torch.dtype = torch.float32,
                  channels_last: bool = False, aug: DeviceAugment | None = None, seed: int = 0,
-                 rank: int = 0):
+                 rank: int = 0, keep: int = 16):
         self.loader = loader
+        self.keep = keep  # batches of augmentation state kept back (rng_state): at least --accumulate + 1
         self.device = device
         self.dtype = dtype
         self.channels_last = channels_last
@@ -119,7 +120,7 @@ class DevicePrefetcher:
         # (batch index in the iteration, the state before it was prepared) of the last few batches: a
         # stop past its deadline saves from the last completed step, which under --accumulate may be
         # batches before the one held ahead
-        self._rng_log: collections.deque = collections.deque(maxlen=16)
+        self._rng_log: collections.deque = collections.deque(maxlen=self.keep)
         self._fetched = 0
 
     def _prepare(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

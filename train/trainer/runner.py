@@ -136,7 +136,7 @@ class Run:
                                 random_erase=config.random_erase, erase_fill=config.random_erase_fill)
         self.train_batches = DevicePrefetcher(parts.train_loader, info.device, dtype=self.dtype,
                                               channels_last=config.channels_last, aug=augment, seed=config.seed,
-                                              rank=info.rank)
+                                              rank=info.rank, keep=max(16, config.accumulate + 2))
         self.val_batches = None if parts.val_loader is None else DevicePrefetcher(
             parts.val_loader, info.device, dtype=self.dtype, channels_last=config.channels_last, aug=None)
         self.end = config.epochs if not config.stop_after_epochs else min(

@@ -158,9 +158,20 @@ def test_loader_steps_hold_each_sample_once_per_forward_and_resume_mid_step(shar
         assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(straight[cut:], rest)), cut
         end = again.position()
         assert end["batches"] == len(straight) and end["samples"] == len(straight) * B
-    with pytest.raises(D.PlanError, match="ra_micro_batches 1, this loader has"):
+    with pytest.raises(D.PlanError, match="over 1 micro-batch of a step, this loader over 4 "):
         _loader(shards, workers=workers, accumulate=accumulate).resume(
             _loader(shards, workers=workers).plan_state(), [first.position(cut)])
+
+
+def test_a_position_saved_before_the_copies_were_spread_is_refused_in_one_line(shards):
+    """A mid-epoch checkpoint of --ra-reps 4 --accumulate 4 on one GPU written before the spread plan
+    (its loader plan has no ``ra_micro_batches``): one PlanError line, not a KeyError."""
+    first = _loader(shards, workers=0)
+    next(iter(first))
+    old = {k: v for k, v in first.plan_state().items() if k != "ra_micro_batches"}
+    with pytest.raises(D.PlanError, match=r"^the saved loader position spreads repeated augmentation's copies "
+                                          r"over 1 micro-batch of a step, this loader over 4 \(--accumulate with"):
+        _loader(shards, workers=0, accumulate=4).resume(old, [first.position()])
 
 
 def _ddp_rank(rank, world, data, outdir):
@@ -188,3 +199,26 @@ def test_two_gloo_ranks_two_micro_batches(shards, tmp_path):
         forwards = [a[2 * s], a[2 * s + 1], b[2 * s], b[2 * s + 1]]
         assert all(len(set(f)) == len(f) for f in forwards)
         assert set(Counter(i for f in forwards for i in f).values()) == {R}, s
+
+
+@pytest.mark.parametrize("repeats", [1, R])
+def test_a_stop_inside_a_long_step_finds_the_position_of_its_start(shards, repeats):
+    """A stop past its deadline saves the last completed step (engine.train_one_epoch): A - 1 micro-
+    batches of the next step trained, one held ahead by the prefetcher, so the loader must still know
+    the position A batches back (A = 8: tv-rn50-v2 on one GPU). The state kept there resumes exactly."""
+    A = 8
+    straight = _batches(D.make_loader(shards, "train", B, res=16, repeats=repeats, seed=4, epoch=1,
+                                      shuffle_buffer=12, workers=0, accumulate=A))
+    first = D.make_loader(shards, "train", B, res=16, repeats=repeats, seed=4, epoch=1, shuffle_buffer=12,
+                          workers=0, accumulate=A)
+    it = iter(first)
+    for _ in range(A + A):  # step 1 done, A - 1 micro-batches of step 2, one ahead
+        next(it)
+    saved = first.position(A)
+    assert saved["batches"] == A
+    again = D.make_loader(shards, "train", B, res=16, repeats=repeats, seed=4, epoch=1, shuffle_buffer=12,
+                          workers=0, accumulate=A)
+    assert again.resume(first.plan_state(), [saved])["exact"]
+    rest = _batches(again)
+    assert len(rest) == len(straight) - A
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(straight[A:], rest))

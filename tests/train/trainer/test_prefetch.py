@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -50,3 +51,21 @@ def test_the_ceiling_is_keyed_by_the_number_of_classes(tmp_path):
     assert ceiling.read_ceiling(tmp_path, ceiling.ceiling_key(config, info, 176, 1000)) == 123.0
     assert ceiling.read_ceiling(tmp_path, ceiling.ceiling_key(config, info, 176, 21841)) is None
     assert json.loads((tmp_path / ceiling.SYNTHETIC_FILE).read_text())["key"]["num_classes"] == 1000
+
+
+def test_the_augmentation_state_is_kept_back_to_the_start_of_a_long_step():
+    """--accumulate 20: a stop past its deadline saves the state from before the step's first batch,
+    20 batches behind the one held ahead; the trainer keeps --accumulate + 2 (runner.Run)."""
+    from imagenet_shards.train.augment.device import DeviceAugment
+    batches = [(torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(2, dtype=torch.int64))] * 30
+    aug = DeviceAugment(num_classes=4, mixup=0.2, cutmix=0.0, random_erase=0.0, erase_fill="const")
+    for keep, kept in ((16, False), (22, True)):
+        pre = DevicePrefetcher(batches, torch.device("cpu"), aug=aug, keep=keep)
+        it = iter(pre)
+        for _ in range(20):  # step 1 ended after batch 1, 19 micro-batches of step 2, one held ahead
+            next(it)
+        if kept:
+            assert pre.rng_state(1)["numpy"] != pre.rng_state(2)["numpy"]
+        else:
+            with pytest.raises(ValueError, match="no augmentation state kept for batch 1"):
+                pre.rng_state(1)

@@ -17,7 +17,7 @@ import torch
 from imagenet_shards.train.loader import activity
 from imagenet_shards.train.trainer.distributed import DistInfo
 from imagenet_shards.train.trainer.state import checkpoint as ckpt
-from imagenet_shards.train.trainer.state.lifecycle import Lifecycle
+from imagenet_shards.train.trainer.state.lifecycle import Lifecycle, StopOverdue
 from imagenet_shards.train.trainer.watch.stall import StallWatch
 from imagenet_shards.train.trainer.watch.telemetry import read_metrics
 from tests.fixtures.trainer import run_cli, write_tiny_shards
@@ -57,9 +57,13 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_sigstop_one_worker_then_sigterm_stops_by_the_deadline_and_resumes_exactly(shards, tmp_path):
+@pytest.mark.parametrize("extra", [[], pytest.param(["--ra-reps", "4", "--accumulate", "8"], marks=pytest.mark.slow)],
+                         ids=["plain", "ra4-accumulate8"])
+def test_sigstop_one_worker_then_sigterm_stops_by_the_deadline_and_resumes_exactly(shards, tmp_path, extra):
+    """ra4-accumulate8 (tv-rn50-v2 on one GPU): the stall comes inside a step (2 workers: after an odd
+    number of its 8 micro-batches), the checkpoint is the step before it, and it resumes exactly."""
     straight, stalled = tmp_path / "straight", tmp_path / "stalled"
-    common = ["--data", shards, *FLAGS, "--epochs", "1", "--workers", "2"]
+    common = ["--data", shards, *FLAGS, "--epochs", "1", "--workers", "2", *extra]
     assert run_cli(*common, "--out", straight) == 0
 
     proc = _launch(tmp_path, 1, [*common, "--out", stalled, "--stall-warn", "1", "--stop-deadline", DEADLINE])
@@ -164,3 +168,56 @@ def test_the_watch_warns_once_per_wait_and_nudges_only_past_the_deadline():
     loader.wait.since = time.monotonic() - 6
     ddp.check()
     assert len(nudges) == 2
+
+
+class _StallsAt(list):
+    """Loader batches whose iteration raises StopOverdue (as the lifecycle's nudge does, out of the
+    wait) when batch ``at`` is asked for."""
+
+    def __init__(self, batches, at: int):
+        super().__init__(batches)
+        self.at = at
+
+    def set_epoch(self, epoch):
+        pass
+
+    def __iter__(self):
+        for i, batch in enumerate(list.__iter__(self)):
+            if i == self.at:
+                raise StopOverdue("test")
+            yield batch
+
+
+def test_a_stop_past_its_deadline_inside_a_step_checkpoints_the_step_start():
+    """--accumulate 4, the loader stalls on micro-batch 3 of step 2: the checkpoint the engine writes
+    holds BatchNorm statistics and the torch random state (dropout) as step 1 left them, not as the
+    trained micro-batches of step 2 moved them (a resume from it would not be exact)."""
+    from imagenet_shards.train.trainer.engine import StepRecord, make_autocast, train_one_epoch
+    from imagenet_shards.train.trainer.prefetch import DevicePrefetcher
+    cpu = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    data = [(torch.randint(0, 255, (4, 3, 4, 4), dtype=torch.uint8, generator=gen),
+             torch.randint(0, 3, (4,), generator=gen)) for _ in range(8)]
+
+    def run(batches):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                                    torch.nn.Dropout(0.5), torch.nn.Linear(16, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        saved = []
+
+        def checkpoint(done, sums):
+            saved.append((done, {k: v.clone() for k, v in model.state_dict().items()}, torch.get_rng_state()))
+        how = StepRecord(model, optimizer=opt, scheduler=None, scaler=None, criterion=torch.nn.CrossEntropyLoss(),
+                         autocast=make_autocast("none", torch.device("cpu")), info=cpu, log_interval=100,
+                         accumulate=4)
+        stats = train_one_epoch(DevicePrefetcher(batches, torch.device("cpu")), how, epoch=0, step=0,
+                                checkpoint=checkpoint)
+        return stats, saved, model, torch.get_rng_state()
+
+    _, _, one_step, rng_after = run(_StallsAt(data[:4], 99))  # step 1 alone, uninterrupted
+    stats, saved, _, _ = run(_StallsAt(data, 7))  # batches 5-7 of step 2 trained, batch 8 never comes
+    assert stats.overdue and stats.steps == 1 and len(saved) == 1 and saved[0][0] == 1
+    for key, value in one_step.state_dict().items():
+        assert torch.equal(saved[0][1][key], value), key
+    assert torch.equal(saved[0][2], rng_after)
