@@ -125,7 +125,7 @@ class ShardDataset(IterableDataset):
             self._counters = storage.ReadCounters()
         records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip, readahead=self.readahead,
                               shard_bytes=self.shard_bytes, counters=self._counters, digests=self.digests,
-                              bad_shards=self.bad_shards)
+                              bad_shards=self.bad_shards, views=True)
         records = self._publishing(records, info.id if info is not None else 0)
         records = activity.reading(records, self.activity, info.id if info is not None else 0)
         if cfg.train:
@@ -143,7 +143,7 @@ class ShardDataset(IterableDataset):
             a, b = start.refill_start, start.refill_stop
             copies = position.copy_numbers(plan, order, a, b)
             records = read_pieces(self.shards, pieces_at(plan.pieces, order[a:b]), opener=self.opener,
-                                  digests=self.digests, bad_shards=self.bad_shards)
+                                  digests=self.digests, bad_shards=self.bad_shards, views=True)
             return (rec._replace(copy=c) for rec, c in zip(records, copies))
 
         # repeated augmentation: the copies of a sample on different ranks get different crops
