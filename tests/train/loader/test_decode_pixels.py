@@ -67,6 +67,19 @@ def test_c_kernel_and_numpy_fallback_give_the_same_bytes(filter):
 
 
 @needs_c
+def test_c_kernel_and_numpy_fallback_agree_on_random_planes():
+    """Random bytes are a valid payload: every kind of (Y, Cb, Cr) triple, clipping at both ends; row
+    widths with and without a tail after the colour loop's 32-pixel steps, flipped or not."""
+    rng, gen = random.Random(2), np.random.default_rng(2)
+    for size in [(400, 300), (131, 97)]:
+        payload = gen.integers(0, 256, pixels.payload_size(*size), dtype=np.uint8).tobytes()
+        for res in (224, 57, 33):
+            for box, flip in crops(size, rng, 3):
+                want = pix.crop_numpy(payload, *size, box, np.empty((3, res, res), np.uint8), flip)
+                assert np.array_equal(c_crop(payload, size, box, res, flip), want), (size, res, box, flip)
+
+
+@needs_c
 @pytest.mark.parametrize("filter", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("image", [photo_image, texture_image])
 def test_pixels_are_within_the_stated_bound_of_the_float_reference(image, filter):
