@@ -207,7 +207,7 @@ static unsigned char *plan_plane(struct plane_plan *p, const uint8_t *src, int w
     p->stride = w;
     axis_plan(&p->h, left, left + box_w, w, out_w, mem, filter);
     mem += plan_bytes(left, left + box_w, out_w, filter);
-    axis_plan(&p->v, top, top + box_h, hgt, out_h, mem, filter);
+    axis_weights(&p->v, top, top + box_h, hgt, out_h, mem, filter);
     mem += plan_bytes(top, top + box_h, out_h, filter);
     p->lo = axis_low(&p->h);
     p->span = axis_high(&p->h) - p->lo;
