@@ -25,6 +25,13 @@ shared machine), in microseconds per image:
   crops auto decodes scaled; the ratio off / auto is the cost of the full-size decode.
 The difference between ``batches()`` and ``decode_train`` is per-sample Python; the loader all in
 (its worker and main process, shuffle buffer, hand-off) is bench-loader's images per CPU-second.
+
+A set in the pixel form (the manifest's ``form``: yuv420) gets its own stages instead (issue 32):
+``read`` as above but the records read as the loader reads them (image members as views of the
+mapping, ``read_shard(views=True)``), the digest check the same way; ``size (.json)``
+(``decode_pixels.size_of``); ``crop draws`` (``sample_rng``, the RandomResizedCrop box and the
+flip, as the loader draws them); ``yuv_crop_into`` (the one C call, into one batch slot);
+``pixels_train`` (the per-sample call, its draws included); ``batches()`` (into one reused batch).
 """
 
 from __future__ import annotations
@@ -35,11 +42,14 @@ import sys
 import time
 
 import numpy as np
+import torch
 
 from imagenet_shards.train import loader as D
 from imagenet_shards.train.loader import _jpegcrop
+from imagenet_shards.pipeline.format.manifest import manifest_form
 from imagenet_shards.train.loader import decode as dec
-from imagenet_shards.train.loader.batching import DecodeConfig, batches
+from imagenet_shards.train.loader import decode_pixels as pix
+from imagenet_shards.train.loader.batching import DecodeConfig, batches, sample_rng
 
 
 def _cpu(fn, items) -> float:
@@ -51,11 +61,13 @@ def _cpu(fn, items) -> float:
 
 def profile(data: str, *, images: int, res: int) -> dict:
     """Seconds of CPU per image for each stage (see the module docstring); ``images`` and ``mean_kb`` too."""
-    shards = D.split_shards(D.read_manifest(data), data, "train")
+    manifest = D.read_manifest(data)
+    shards = D.split_shards(manifest, data, "train")
+    views = manifest_form(manifest) == pix.FORM
     t0 = time.process_time()
     recs = []
     for s in shards:
-        for rec in D.read_shard(s.url):
+        for rec in D.read_shard(s.url, views=views):
             recs.append(rec)
             if len(recs) >= images:
                 break
@@ -69,9 +81,12 @@ def profile(data: str, *, images: int, res: int) -> dict:
         for s, e in zip(shards, entries):
             if m >= len(recs):
                 break
-            m += sum(1 for _ in D.read_shard(s.url, digest=(alg, e[alg]) if alg in e else None))
+            m += sum(1 for _ in D.read_shard(s.url, digest=(alg, e[alg]) if alg in e else None, views=views))
         name = f"read, checked ({alg})" if alg else "read, records dropped"
         checked[name] = min(checked.get(name, 1.0), (time.process_time() - t0) / m)
+    if views:
+        return {"images": len(recs), "mean_kb": sum(len(r.jpg) for r in recs) / len(recs) / 1000, "read": t_read / len(recs),
+                **checked, **_pixel_stages(recs, res)}
     jpgs = [r.jpg for r in recs]
     n = len(jpgs)
     sizes = [_jpegcrop.header(j)[:2] for j in jpgs]
@@ -119,6 +134,43 @@ def dct_scaling_rows(jpgs: list[bytes], crops: list, sizes: list, res: int) -> d
     best["train crops auto scales"] = sum(dec._dct_reduction(b[3], b[2], res, res) > 1 for b, _ in crops) / len(crops)
     best["val crops auto scales"] = sum(dec._dct_reduction(b[3], b[2], res, res) > 1 for b in val_boxes) / len(crops)
     return best
+
+
+def _pixel_stages(recs: list, res: int) -> dict:
+    """The pixel form's stages over ``recs`` (the module docstring), seconds of CPU per image."""
+    n, m = len(recs), len(recs) // 64
+    sizes = [pix.size_of(r.meta) for r in recs]
+
+    def draw(r, size):
+        rng = sample_rng(1, r)
+        return dec.random_resized_crop_params(*size, (0.08, 1.0), (3 / 4, 4 / 3), rng), rng.random() < 0.5
+
+    crops = [draw(r, size) for r, size in zip(recs, sizes)]
+    block = np.empty((64, 3, res, res), np.uint8)
+    out = {"size (.json)": _cpu(lambda r: pix.size_of(r.meta), recs) / n,
+           "crop draws": _cpu(lambda rs: draw(*rs), zip(recs, sizes)) / n,
+           "yuv_crop_into (the one C call)": _cpu(lambda i: _jpegcrop.yuv_crop_into(
+               recs[i].jpg, *sizes[i], block[i % 64], *crops[i][0], crops[i][1], "bilinear"), range(n)) / n,
+           "pixels_train": _cpu(lambda i: pix.pixels_train(recs[i].jpg, recs[i].meta, res=res, rng=sample_rng(1, recs[i]),
+                                                           out=block[i % 64]), range(n)) / n}
+    cfg = DecodeConfig(train=True, res=res, form=pix.FORM)
+    t0 = time.process_time()
+    for _ in batches(iter(recs), [64] * m, cfg, 0, fill=True, ring=_OneBlock(block)):
+        pass
+    out["batches()"] = (time.process_time() - t0) / (64 * m)
+    return out
+
+
+class _OneBlock:
+    """A stand-in for a worker's ``slots.SlotRing``: the same block for every batch (reused memory)."""
+
+    worker = 0
+
+    def __init__(self, block: np.ndarray):
+        self.block = torch.from_numpy(block)
+
+    def take(self, shape):
+        return self.block[:shape[0]], 0, 0, True
 
 
 def main(argv=None) -> int:

@@ -48,15 +48,20 @@ class HashingReader:
     With no hashes and a seekable file, `skip` seeks instead of reading; it then knows where the file
     ends (its size, taken once), so a skip past the end still reports the shortfall. `over(buffer)`
     reads a bytes-like object (an mmap of a shard: `mapped`) as one block: reads are slices, skips
-    move an offset.
+    move an offset; with `views`, reads of `VIEW_MIN` bytes or more are memoryviews of it (no copy).
     """
 
+    VIEW_MIN = 4096  # a tar header (512 bytes) is always copied: its parsing wants bytes
+
     @classmethod
-    def over(cls, buffer) -> "HashingReader":
-        """A reader of `buffer` (bytes, or an mmap: each read copies just the bytes asked for), no hashes."""
+    def over(cls, buffer, views: bool = False) -> "HashingReader":
+        """A reader of `buffer` (bytes, or an mmap: each read copies just the bytes asked for), no hashes.
+        `views`: reads of at least `VIEW_MIN` bytes are memoryview slices of `buffer` instead (they
+        keep it alive, and an mmap cannot be closed while one is)."""
         r = cls.__new__(cls)
         r._f, r._block, r.hashes, r._seek = None, 0, {}, False
         r._buf, r._off, r._end = buffer, 0, len(buffer)
+        r._view = memoryview(buffer) if views else None
         r.pos = 0
         r.bytes_read = len(buffer)
         return r
@@ -66,7 +71,7 @@ class HashingReader:
         self.hashes = {a: new_hash(a) for a in algorithms}  # hashlib names, or xxh3_128
         self._seek = not self.hashes and bool(getattr(f, "seekable", lambda: False)())
         self._end = _bytes_left(f) if self._seek else None  # None: unknown, skips are taken on trust
-        self._buf, self._off = b"", 0
+        self._buf, self._off, self._view = b"", 0, None
         self.pos = 0  # bytes handed out (or skipped) so far
         self.bytes_read = 0
 
@@ -85,7 +90,7 @@ class HashingReader:
         if end <= len(self._buf):  # the common case: inside the current block
             self._off = end
             self.pos += n
-            return self._buf[off:end]
+            return self._buf[off:end] if self._view is None or n < self.VIEW_MIN else self._view[off:end]
         parts = []
         while n > 0:
             if self._off >= len(self._buf) and not self._fill():
@@ -133,6 +138,13 @@ class HashingReader:
             rest, self._buf, self._off = self._buf, b"", 0
             self.pos += len(rest)
             yield rest
+
+    def release(self) -> None:
+        """Let go of the reader's own view of its buffer (`over(..., views=True)`); the views it handed
+        out stay valid, and once they are gone too the buffer (an mmap) can be closed."""
+        if self._view is not None:
+            self._view.release()
+            self._view = None
 
     def hexdigest(self, name: str) -> str:
         return self.hashes[name].hexdigest()

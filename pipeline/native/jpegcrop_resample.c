@@ -60,7 +60,7 @@ static void axis_lanes(struct axis *a) {
             }
 }
 
-void axis_plan(struct axis *a, double in0_d, double in1_d, int in_size, int out, void *mem, int filter) {
+void axis_weights(struct axis *a, double in0_d, double in1_d, int in_size, int out, void *mem, int filter) {
     /* Pillow takes the box as C floats */
     double in0 = (float)in0_d, in1 = (float)in1_d;
     double scale = (in1 - in0) / out, filterscale = scale < 1.0 ? 1.0 : scale;
@@ -98,6 +98,10 @@ void axis_plan(struct axis *a, double in0_d, double in1_d, int in_size, int out,
         a->first[i] = lo;
         a->count[i] = n;
     }
+}
+
+void axis_plan(struct axis *a, double in0, double in1, int in_size, int out, void *mem, int filter) {
+    axis_weights(a, in0, in1, in_size, out, mem, filter);
     axis_lanes(a);
 }
 

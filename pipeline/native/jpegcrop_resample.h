@@ -41,6 +41,8 @@ size_t axis_bytes(int out, int taps);
  * pixels long, into `mem` (axis_bytes long); then weights to RESAMPLE_BITS fixed point, rounded half
  * away from zero (Pillow's normalize_coeffs_8bpc; the cubic's lobes are negative). */
 void axis_plan(struct axis *a, double in0, double in1, int in_size, int out, void *mem, int filter);
+/* axis_plan without `lanes` (left unset): for a vertical axis, whose pass reads `coef` only. */
+void axis_weights(struct axis *a, double in0, double in1, int in_size, int out, void *mem, int filter);
 
 /* The lowest and one past the highest input pixel the axis reads. */
 int axis_low(const struct axis *a);

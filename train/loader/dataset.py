@@ -30,7 +30,7 @@ from imagenet_shards.train.loader.cache import ShardCache
 from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, pieces_at
 from imagenet_shards.train.loader.position import EpochProgress, crop_seed, resume_stream
 from imagenet_shards.train.loader.reading import BAD_SHARDS, open_url, read_pieces
-from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board
+from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board, outgoing
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ class ShardDataset(IterableDataset):
         self.remaining = torch.zeros(sum(self.sizes) if cfg.train else 0, dtype=torch.bool).share_memory_()
         self.board = new_board(workers, prefetch_factor)
         self._ring: SlotRing | None = None  # set in each worker process, kept across its epochs
+        self.by_slot = False  # send batches through slots.outgoing (the loader's main process keeps the blocks)
         # per DataLoader worker: what reading from the store cost so far (``STORE_FIELDS``), all epochs
         self.store = torch.zeros((max(1, workers), len(workers_.STORE_FIELDS)), dtype=torch.float64).share_memory_()
         self._counters: storage.ReadCounters | None = None  # this process's, published into `store`
@@ -149,8 +150,8 @@ class ShardDataset(IterableDataset):
             skip = position.skippable(plan, n, order)
         records = read_pieces(self.shards, plan.pieces, opener=self.opener, skip=skip, readahead=self.readahead,
                               shard_bytes=self.shard_bytes, counters=self._counters, digests=self.digests,
-                              bad_shards=self.bad_shards)
-        records = self._publishing(records, info.id if info is not None else 0)
+                              bad_shards=self.bad_shards, views=True)
+        records = workers_.publishing(records, self._counters, self.store, info.id if info is not None else 0)
         records = activity.reading(records, self.activity, info.id if info is not None else 0)
         if cfg.train:
             records = position.worker_stream(records, plan, buffer, seed)
@@ -162,31 +163,15 @@ class ShardDataset(IterableDataset):
             a, b = start.refill_start, start.refill_stop
             copies = position.copy_numbers(plan, order, a, b)
             records = read_pieces(self.shards, pieces_at(plan.pieces, order[a:b]), opener=self.opener,
-                                  digests=self.digests, bad_shards=self.bad_shards)
+                                  digests=self.digests, bad_shards=self.bad_shards, views=True)
             return (rec._replace(copy=c) for rec, c in zip(records, copies))
 
         # repeated augmentation: the copies of a sample on different (virtual) ranks get different crops
         crops = crop_seed(self.seed, epoch, position.copies_rank(plan, self.rank))
-        yield from batches(iter(records), plan.batch_sizes, cfg, crops, fill=cfg.train,
-                           strict=self.strict, shared=info is not None, aug=aug,
-                           ring=self._ring if info is not None else None, start=start, refill=refill)
-
-    def _publishing(self, records, row: int):
-        """`records`, copying this worker's read counters into ``store[row]`` whenever they change."""
-        c, seen = self._counters, -1
-
-        def publish():
-            self.store[row] = torch.tensor([c.bytes, c.requests, c.wait_s, c.held_high], dtype=torch.float64)
-
-        try:
-            for rec in records:
-                if c.requests != seen:
-                    seen = c.requests
-                    publish()
-                yield rec
-        finally:
-            publish()
-
+        formed = batches(iter(records), plan.batch_sizes, cfg, crops, fill=cfg.train, strict=self.strict,
+                         shared=info is not None, aug=aug, ring=self._ring if info is not None else None,
+                         start=start, refill=refill)
+        yield from (outgoing(*b) for b in formed) if info is not None and self.by_slot else formed
 
 
 class ShardLoader:
@@ -211,9 +196,12 @@ class ShardLoader:
         # would otherwise come from torch's global generator and shift the model's dropout masks by
         # however many times a loader was iterated (a resumed run iterates the epoch it resumes once more).
         generator = torch.Generator().manual_seed(dataset.seed)
+        # without pinning the main process keeps the workers' batch blocks (slots.outgoing); a pinning
+        # DataLoader hands it copies, so there they travel as tensors every time
+        dataset.by_slot = workers > 0 and not pin_memory
         self._loader = DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory,
                                   generator=generator, **kw)
-        self._releaser = Releaser(dataset.board)
+        self._releaser = Releaser(dataset.board, keep_blocks=dataset.by_slot)
         self.stats: dict = {}
         self._warned = 0
         self._progress: EpochProgress | None = None
@@ -235,6 +223,7 @@ class ShardLoader:
         for iterator in list(self._iterators):
             workers_.shutdown(iterator)
         self._loader._iterator = None
+        self._releaser.blocks.clear()
 
     @property
     def epoch(self) -> int:
@@ -361,7 +350,7 @@ class ShardLoader:
         try:
             for images, labels, info in self.wait.around(batches_in):
                 self._releaser.release_done()  # batches handed out earlier that nobody holds any more
-                self._releaser.track(images, info.worker, info.slot, info.token)
+                images, labels = self._releaser.receive(images, labels, info)
                 if info.bad:
                     self._report_bad(info.bad, stats)
                 stats["duplicated"] += info.duplicated
@@ -378,6 +367,8 @@ class ShardLoader:
             if int(self.dataset.state[RESUMED]) == epoch:  # a resume position serves one iteration
                 self.dataset.state[RESUMED] = -1
             self._start = None
+            if not self._loader.persistent_workers:  # the next iteration's workers bring new blocks
+                self._releaser.blocks.clear()
 
 
 def make_loader(data: str, split: str, batch_size: int, *, train: bool | None = None, workers: int = 4,

@@ -31,7 +31,7 @@ class Record(NamedTuple):
 
     key: str
     url: str
-    jpg: bytes | None  # the image's bytes (.jpg, .webp or .yuv420)
+    jpg: bytes | memoryview | None  # the image's bytes (.jpg, .webp or .yuv420; a view of a mapped shard: views)
     cls: bytes | None
     shard: int = -1
     index: int = -1
@@ -52,8 +52,11 @@ class _Skipped:
 SKIPPED = _Skipped()
 
 
+_IMAGES = ("jpg", "webp", "yuv420")
+
+
 def _image(fields: dict) -> bytes | None:
-    return next((fields[ext] for ext in ("jpg", "webp", "yuv420") if ext in fields), None)
+    return next((fields[ext] for ext in _IMAGES if ext in fields), None)
 
 
 def open_url(url: str, mode: str = "rb"):
@@ -78,7 +81,7 @@ class ShardDigestError(ValueError):
 def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open_url, shard: int = -1,
                exclude: frozenset = frozenset(), skip: Callable[[int], bool] | None = None,
                digest: tuple[str, str] | None = None, bad_shards: str = "stop",
-               check_streamed: bool = True) -> Iterator[Record]:
+               check_streamed: bool = True, views: bool = False) -> Iterator[Record]:
     """Samples ``[start, stop)`` of one shard, as records of raw bytes (the image, .cls and .json only).
 
     Streams the tar (works for non-seekable URLs); samples before ``start`` and other members are
@@ -97,11 +100,14 @@ def read_shard(url: str, start: int = 0, stop: int | None = None, *, opener=open
     ``"skip"``: a shard that fails comes out as records whose ``bad`` says why (the batching stage
     counts them as bad samples, named), ``SKIPPED`` ones staying as they are. ``check_streamed=False``
     (a piece that reads only part of the shard): only a mapped local file is checked, since a stream
-    would have to fetch the rest of the shard for it."""
+    would have to fetch the rest of the shard for it.
+
+    ``views`` (the loader's): a mapped local file's image members come as read-only memoryviews of
+    the mapping instead of copies (``_mapped``); .cls and .json stay bytes."""
     if bad_shards not in BAD_SHARDS:
         raise ValueError(f"bad_shards must be one of {BAD_SHARDS}, got {bad_shards!r}")
     shown = storage.redact(url)
-    with opener(url, "rb") as f, _mapped(f) as (source, mapped):
+    with opener(url, "rb") as f, _mapped(f, views) as (source, mapped):
         if digest is None:
             yield from _records(source, shown, start, stop, shard, exclude, skip)
             return
@@ -195,7 +201,7 @@ def _records(source, shown: str, start: int, stop: int | None, shard: int, exclu
                 if stop is not None and index >= stop:
                     return
         if m.data is not None:
-            fields[m.ext] = m.data
+            fields[m.ext] = m.data if m.ext in _IMAGES or type(m.data) is bytes else bytes(m.data)
     if key is not None and not out and start <= index:
         yield record()
     index += 1
@@ -229,13 +235,16 @@ class _Digesting:
 
 
 @contextlib.contextmanager
-def _mapped(f):
+def _mapped(f, views: bool = False):
     """(reader, mapping): a reader over an mmap of ``f`` and the mmap when it is a local file, else
-    (``f`` itself, streamed, None).
+    (``f`` itself, streamed, None). ``views``: the reader hands out large members as memoryviews of
+    the mapping (``HashingReader.over``), which then stays mapped until the last of them is gone.
 
     Why: measured on the benchmark VM, reading a shard through the file object costs a kernel copy
     into a buffer and a copy out of it per member; from the page cache mapped into the process each
-    record is one copy, and the members skipped are never touched (docs/benchmarks.md)."""
+    record is one copy, and the members skipped are never touched (docs/benchmarks.md). With views
+    not even that copy: the decoder reads the page cache (a 167 KB pixel sample: ~12 µs of copy
+    and the allocator's churn saved per image, docs/benchmarks.md "Pixel shards per core")."""
     try:
         mm = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
               if f.tell() == 0 and os.fstat(f.fileno()).st_size else None)
@@ -244,17 +253,22 @@ def _mapped(f):
     if mm is None:
         yield f, None
         return
+    reader = HashingReader.over(mm, views)
     try:
-        yield HashingReader.over(mm), mm
+        yield reader, mm
     finally:
-        mm.close()
+        reader.release()
+        try:
+            mm.close()
+        except BufferError:  # records still hold views of its members: unmapped when the last one goes
+            pass
 
 
 def read_pieces(shards: list[Shard], pieces: Iterable[Piece], *, opener=open_url,
                 skip: Collection[int] = (), readahead: storage.ReadAheadPolicy | None = None,
                 shard_bytes: list[int | None] | None = None,
                 counters: storage.ReadCounters | None = None, digests: list | None = None,
-                bad_shards: str = "stop") -> Iterator[Record]:
+                bad_shards: str = "stop", views: bool = False) -> Iterator[Record]:
     """Records of the planned pieces, in order. ``skip``: positions in that sequence of samples
     (0 = the first piece's first sample) that come out as ``SKIPPED`` without being read; a piece
     skipped whole is not even opened.
@@ -266,7 +280,8 @@ def read_pieces(shards: list[Shard], pieces: Iterable[Piece], *, opener=open_url
 
     ``digests`` (per shard, ``format.digest.shard_check``'s (algorithm, hex) or None): each shard
     read is checked against it as ``read_shard`` says, ``bad_shards`` deciding what a mismatch
-    does; a piece that reads part of a shard is checked only where the file is local."""
+    does; a piece that reads part of a shard is checked only where the file is local. ``views``:
+    as ``read_shard`` says."""
     pieces = list(pieces)
     plan, pos = [], 0  # (piece, offset of its first sample in the sequence, read it?)
     for p in pieces:
@@ -294,7 +309,7 @@ def read_pieces(shards: list[Shard], pieces: Iterable[Piece], *, opener=open_url
             yield from read_shard(shard.url, p.start, p.stop, opener=open_it, shard=p.shard, exclude=shard.exclude,
                                   skip=(lambda j, o=offset - p.start: o + j in skip) if skip else None,
                                   digest=digests[p.shard] if digests is not None else None,
-                                  bad_shards=bad_shards, check_streamed=whole)
+                                  bad_shards=bad_shards, check_streamed=whole, views=views)
     finally:
         if ahead is not None:
             ahead.close()

@@ -65,3 +65,22 @@ def store_summary(store: torch.Tensor, seconds: float | None = None) -> dict:
         total.update(bytes_per_s=total["bytes"] / seconds, requests_per_s=total["requests"] / seconds,
                      wait_fraction=total["wait_s"] / (seconds * len(rows)))
     return {**total, "workers": rows}
+
+
+def publishing(records, counters, store: torch.Tensor, row: int):
+    """`records`, copying a worker's read ``counters`` (storage.ReadCounters) into ``store[row]``
+    whenever they change, and once more at the end."""
+    seen = -1
+
+    def publish():
+        store[row] = torch.tensor([counters.bytes, counters.requests, counters.wait_s, counters.held_high],
+                                  dtype=torch.float64)
+
+    try:
+        for rec in records:
+            if counters.requests != seen:
+                seen = counters.requests
+                publish()
+            yield rec
+    finally:
+        publish()

@@ -67,6 +67,19 @@ def test_c_kernel_and_numpy_fallback_give_the_same_bytes(filter):
 
 
 @needs_c
+def test_c_kernel_and_numpy_fallback_agree_on_random_planes():
+    """Random bytes are a valid payload: every kind of (Y, Cb, Cr) triple, clipping at both ends; row
+    widths with and without a tail after the colour loop's 32-pixel steps, flipped or not."""
+    rng, gen = random.Random(2), np.random.default_rng(2)
+    for size in [(400, 300), (131, 97)]:
+        payload = gen.integers(0, 256, pixels.payload_size(*size), dtype=np.uint8).tobytes()
+        for res in (224, 57, 33):
+            for box, flip in crops(size, rng, 3):
+                want = pix.crop_numpy(payload, *size, box, np.empty((3, res, res), np.uint8), flip)
+                assert np.array_equal(c_crop(payload, size, box, res, flip), want), (size, res, box, flip)
+
+
+@needs_c
 @pytest.mark.parametrize("filter", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("image", [photo_image, texture_image])
 def test_pixels_are_within_the_stated_bound_of_the_float_reference(image, filter):
@@ -185,3 +198,29 @@ def test_random_interpolation_draws_after_crop_and_flip_as_the_jpeg_path():
     assert r1.getstate() == r2.getstate()
     with pytest.raises(ValueError, match="unknown val interpolation 'random'"):
         pix.pixels_val(payload, meta(*size), resize=64, crop=56, interpolation="random")
+
+
+def test_read_shard_with_views_gives_the_same_bytes_and_lets_go_of_the_mapping(tmp_path):
+    """``views``: a mapped shard's large image members (>= HashingReader.VIEW_MIN bytes) come as
+    read-only memoryviews of the mapping, with the bytes the copies have; .cls and .json stay bytes;
+    once the records are gone, so is the mapping (its file descriptor closed)."""
+    import os
+
+    from imagenet_shards.pipeline.format.tar import HashingReader
+    from imagenet_shards.train import loader as D
+
+    data = write_pixel_set(tmp_path / "pix", train=8, shard_samples=8, size=[(64, 48), (40, 56)], content="photo")
+    url = D.split_shards(D.read_manifest(str(data)), str(data), "train")[0].url
+    fds = set(os.listdir("/proc/self/fd"))
+    copies, views = list(D.read_shard(url)), list(D.read_shard(url, views=True))
+    assert [r.key for r in copies] == [r.key for r in views] and len(views) == 8
+    big = [len(r.jpg) >= HashingReader.VIEW_MIN for r in views]
+    assert any(big) and not all(big)  # 64 x 48: 4,608 bytes; 40 x 56: 3,360
+    for c, v, b in zip(copies, views, big):
+        assert type(c.jpg) is bytes and type(v.jpg) is (memoryview if b else bytes) and bytes(v.jpg) == c.jpg
+        assert v.cls == c.cls and v.meta == c.meta and type(v.cls) is bytes and type(v.meta) is bytes
+        if b:
+            assert v.jpg.readonly
+    assert set(os.listdir("/proc/self/fd")) - fds  # the mapping is held by the views
+    del views, v
+    assert not set(os.listdir("/proc/self/fd")) - fds

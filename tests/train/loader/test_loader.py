@@ -580,3 +580,33 @@ def test_a_slot_is_reused_only_with_its_own_token():
     assert again[1] == 1 and again[3]  # the released block, recycled
     board[0, 2] = 12345  # a stale token (an earlier ring's) frees nothing
     assert ring.take((2, 3, 4, 4))[1] == -1
+
+
+def test_a_recycled_block_travels_as_its_shape_and_comes_back_as_an_alias():
+    """slots.outgoing / Releaser.receive: labels as bytes; a recycled ring block as its shape, handed
+    out as an alias of the block the main process kept (same memory, a storage of its own, so the
+    slot is released when the batch is dropped, not when the block is)."""
+    from imagenet_shards.train.loader.batching import BatchInfo
+    from imagenet_shards.train.loader.slots import Releaser, SlotRing, new_board, outgoing
+
+    board = new_board(1, prefetch_factor=1)
+    ring, rel = SlotRing(board, 0), Releaser(board, keep_blocks=True)
+    block, slot, token, recycled = ring.take((2, 3, 4, 4))
+    block.fill_(7)
+    sent = outgoing(block, torch.tensor([3, 1]), BatchInfo((), 0, 0, slot, token, recycled))
+    assert sent[0] is block and sent[1] == torch.tensor([3, 1]).numpy().tobytes()
+    images, labels = rel.receive(*sent)
+    assert labels.tolist() == [3, 1] and images.data_ptr() == block.data_ptr() and int(images.sum()) == 7 * 96
+    assert images.untyped_storage()._cdata != block.untyped_storage()._cdata
+    del images
+    rel.release_done()
+    assert board[0, slot] == token
+    assert ring.take((2, 3, 4, 4))[1] != slot  # never the previous batch's block
+    again = ring.take((2, 3, 4, 4))
+    assert again[1] == slot and again[3]
+    sent = outgoing(again[0][:1], torch.tensor([5]), BatchInfo((), 0, 0, again[1], again[2], again[3]))
+    assert sent[0] == (1, 3, 4, 4)
+    images, labels = rel.receive(*sent)
+    assert images.shape == (1, 3, 4, 4) and images.data_ptr() == block.data_ptr() and labels.tolist() == [5]
+    with pytest.raises(RuntimeError, match="never received"):
+        Releaser(board, keep_blocks=True).receive((2, 3, 4, 4), b"", BatchInfo((), 0, 0, 1, 9, True))
