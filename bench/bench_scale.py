@@ -206,7 +206,7 @@ def _py(code: str) -> list[str]:
 
 LOADER = """
 import json, resource, sys, time
-from imagenet_shards.train.loader.dataset import make_loader
+from imagenet_shards.train.loader import make_loader
 t0 = time.monotonic()
 loader = make_loader(sys.argv[1], "train", {batch}, workers={workers}, res=64)
 n = 0

@@ -162,7 +162,7 @@ print(json.dumps({{"samples": n, "build_s": round(built - t0, 1), "checks_s": ro
 
 LOADER = """
 import json, sys, time
-from imagenet_shards.train.loader.dataset import make_loader
+from imagenet_shards.train.loader import make_loader
 t0 = time.monotonic()
 loader = make_loader(sys.argv[1], "train", 256, workers=2, res=64)
 batches = len(loader)

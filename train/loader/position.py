@@ -32,7 +32,7 @@ import numpy as np
 
 from imagenet_shards.train.loader import fingerprint
 from imagenet_shards.train.loader.batching import BatchInfo, StreamPosition, expand_counts, shuffle_buffer, with_counts
-from imagenet_shards.train.loader.plan import WorkerPlan, epoch_plan, repeat_counts, sample_ids
+from imagenet_shards.train.loader.plan import PlanError, WorkerPlan, epoch_plan, repeat_counts, sample_ids
 from imagenet_shards.train.loader.reading import SKIPPED
 
 # batches of history kept: the prefetcher's one batch ahead, and some margin; a loader fed to
@@ -215,3 +215,31 @@ class EpochProgress:
             raise ValueError(f"no loader position kept for batch {batches} (handed over {self.batches}; "
                              f"the last {len(self._history) - 1} are kept)")
         return dict(self._history[-1 - back])
+
+
+def check_saved_plan(saved: dict, mine: dict) -> None:
+    """PlanError (one line) when a saved loader position's plan (``ShardLoader.plan_state``) differs
+    from this loader's in what no resume can bridge: ``mine`` = {sizes, batch_size, seed,
+    shuffle_buffer, repeats, ra_micro_batches}. Positions older than ``repeats`` or
+    ``ra_micro_batches`` lack them and mean 1."""
+    for name, ours in mine.items():
+        theirs = saved.get(name, 1 if name in ("repeats", "ra_micro_batches") else None)
+        if theirs == ours:
+            continue
+        if name == "ra_micro_batches":
+            raise PlanError(f"the saved loader position spreads repeated augmentation's copies over {theirs} "
+                            f"micro-batch{'es' if theirs != 1 else ''} of a step, this loader over {ours} "
+                            f"(--accumulate with --ra-reps on fewer ranks than copies; a position saved before "
+                            f"the copies were spread has 1): resume from the epoch-end checkpoint")
+        shown = (f"{len(theirs)} shards of {sum(theirs)} samples", f"{len(ours)} of {sum(ours)}") \
+            if name == "sizes" else (theirs, ours)
+        raise PlanError(f"the saved loader position is for {name} {shown[0]}, this loader has {shown[1]}")
+
+
+def repeated_elsewhere(repeats: int, saved: dict, layout: tuple[int, int]) -> PlanError:
+    """The one-line refusal of continuing a repeated-augmentation epoch on another layout (world
+    size x workers): its copies are laid out per rank and micro-batch slot."""
+    return PlanError(f"repeated augmentation (x{repeats}) cannot continue an epoch on another world size or "
+                     f"--workers ({saved['world_size']} x {saved['workers']} there, {layout[0]} x {layout[1]} "
+                     f"here): its copies are laid out per rank and micro-batch; resume with the same layout, "
+                     f"or from the epoch-end checkpoint")
