@@ -18,10 +18,12 @@ Each table comes from this one run, on the same files, with the date, the machin
 4. **prepare vs FFCV's writer** (bench/bench_prepare.py: marginal rates of N and 3N images, 1 worker
    pinned to one core; 2 workers, with the CPU-time-based 1 -> 2 scaling), and derive's marginal rate
    (the JPEG shards of those N and 3N images -> the pixel form, 1 worker pinned to one core, its rounds
-   after prepare's);
+   after prepare's), and ``prepare-shards --pixels yuv420 --max-side 400``'s (the same N and 3N images
+   straight from the archive to the pixel form, one decode; as derive's row, its rounds after derive's);
 5. **the whole job** (bench/whole_job.py): CPU per image of the offline stages once plus 16 epochs
    (at 224 px, and on ffcv-imagenet's rn50 and rn18 16-epoch schedules, per epoch as the trainer runs
-   the recipes), ours (prepare; prepare + derive + the pixel form's loader) against FFCV's writer and
+   the recipes), ours (prepare; prepare + derive + the pixel form's loader; prepare --pixels + the same
+   loader row: its shards hold each image at the derived set's size rule) against FFCV's writer and
    loader in each of its write settings, from the figures of tables 2 and 4, and issue 32's target;
 6. **what the restart-marker grid costs and buys**: bytes, prepare and loader rates with the grid
    (the default) and with ``--no-restart-markers`` (WORK/shards-plain, our loader alone at 224 px).
@@ -147,8 +149,26 @@ def derive_rates(archives: Path, work: Path, *, n: int, rounds: int, say) -> dic
     return bench_prepare.summary(W.DERIVE_ROW, pairs)
 
 
+def direct_rates(archives: Path, work: Path, *, n: int, rounds: int, say) -> dict:
+    """Table 4's prepare --pixels row: ``prepare-shards --pixels yuv420 --max-side W.PIXEL_SIDE`` on
+    bench_prepare's N- and 3N-image subsets, one worker pinned to one core, marginal rate; medians of
+    ``rounds`` rounds, bench_prepare's timing and summary (its 1-worker row, with the pixel form)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[0]})
+    try:
+        tars = [bench_prepare.subset(archives / "ILSVRC2012_img_train.tar", k, work)[0] for k in (n, 3 * n)]
+        pairs = []
+        for r in range(rounds):
+            say(f"round {r + 1}/{rounds}: prepare --pixels, 1 worker")
+            pairs.append(tuple(bench_prepare.ours(tar, work / "direct-out", 1, pixels_side=W.PIXEL_SIDE) for tar in tars))
+    finally:
+        os.sched_setaffinity(0, set(allowed))
+    return bench_prepare.summary(W.DIRECT_ROW, pairs, "archives -> pixel shards, one decode")
+
+
 def prepare_tables(work: Path, *, n: int, rounds: int, peers, say) -> dict:
-    """Table 4: bench_prepare's rows, then derive's (after prepare's, whose rounds it does not share)."""
+    """Table 4: bench_prepare's rows, then derive's and prepare --pixels' (after prepare's, whose rounds
+    they do not share)."""
     say("prepare-shards against FFCV's writer")
     prep = bench_prepare.run_bench(work / "src", work / "prepare", n=n, rounds=rounds, peers=peers, progress=say)
     say("prepare-shards derive")
@@ -156,7 +176,8 @@ def prepare_tables(work: Path, *, n: int, rounds: int, peers, say) -> dict:
     both = [prep["rows"][0].get("marginal_img_cpu_s"), row.get("marginal_img_cpu_s")]
     row["note"] = "JPEG shards -> pixel shards" + (f"; prepare + derive: {1 / sum(1 / r for r in both):,.0f} img per "
                                                    f"CPU-s" if all(both) else "")
-    prep["rows"].insert(1, row)
+    say("prepare-shards --pixels")
+    prep["rows"][1:1] = [row, direct_rates(work / "src", work / "prepare", n=n, rounds=rounds, say=say)]
     return prep
 
 
