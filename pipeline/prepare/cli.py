@@ -6,6 +6,7 @@
     prepare-shards finalize OUT      # assemble the manifest after multi-machine --part runs
     prepare-shards adopt SRC [--out DIR]   # take over an existing WebDataset ImageNet shard set
     prepare-shards derive SRC --pixels yuv420 --max-side 400 --out DST   # the pixel form of a shard set
+    prepare-shards ... --pixels yuv420 --max-side 400 --out DST   # the pixel form, straight from the sources
 
 Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run.
 """
