@@ -1,4 +1,4 @@
-"""The per-sample step of the offline stage: image bytes in, JPEG bytes out (or a reason not to).
+"""The per-sample step of the offline stage: image bytes in, JPEG bytes (or pixel planes) out, or a reason not to.
 
 `process_image(data, policy)` is pure: no files, no state kept, no printing (it only silences
 PIL's DecompressionBombWarning inside `warnings.catch_warnings`, which is process-wide: use worker
@@ -23,7 +23,11 @@ processes, as the writer does, not threads). It
   `restart_markers`), which lets the loader decode only the cells around a crop; that rewrite entropy-decodes every block
   and declines on any libjpeg error or warning, so it is the validation too. Where it declines (or
   the extension is not built, or the policy is off) the bytes pass through unchanged after the
-  validation below. Re-encoded images get the same markers from the encoder.
+  validation below. Re-encoded images get the same markers from the encoder;
+- with `policy.pixels` (the pixel form, `prepare-shards --pixels`), stores every image as the planes of
+  its decoded, fixed and resized pixels (`encoders.encode_pixels`): nothing passes through, but a JPEG
+  that would have is still read by libjpeg (`_jpegtran.check`) first, so both forms reject the same
+  images; the fixes are the JPEG form's, less `restart_markers` and `reencoded` (how a JPEG is stored).
 
 Pixels are what PIL (and so torchvision's `ImageFolder`) shows: no colour management (ICC profiles
 are dropped from re-encoded files, pixel values are left as decoded) and, by default, no EXIF
