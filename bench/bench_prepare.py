@@ -147,7 +147,8 @@ def timed(fn) -> dict:
     return {"images": images, "wall_s": wall, "cpu_s": cpu, "busiest_cpu_s": max([own, *busiest.seen.values()])}
 
 
-def ours(train_tar: Path, out: Path, workers: int, restart_markers: bool = True, pixels_side: int | None = None) -> dict:
+def ours(train_tar: Path, out: Path, workers: int, restart_markers: bool = True,
+         pixels_side: int | None = None) -> dict:
     """prepare() on ``train_tar`` with ``workers`` worker processes: images, wall and CPU seconds; with
     ``pixels_side``, prepare --pixels yuv420 --max-side PIXELS_SIDE (the pixel form from the archives)."""
     if pixels_side is None:

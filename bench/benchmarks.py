@@ -177,7 +177,8 @@ def direct_rates(archives: Path, work: Path, *, n: int, rounds: int, say) -> dic
         pairs = []
         for r in range(rounds):
             say(f"round {r + 1}/{rounds}: prepare --pixels, 1 worker")
-            pairs.append(tuple(bench_prepare.ours(tar, work / "direct-out", 1, pixels_side=W.PIXEL_SIDE) for tar in tars))
+            pairs.append(tuple(bench_prepare.ours(tar, work / "direct-out", 1, pixels_side=W.PIXEL_SIDE)
+                               for tar in tars))
     finally:
         os.sched_setaffinity(0, set(allowed))
     return bench_prepare.summary(W.DIRECT_ROW, pairs, "archives -> pixel shards, one decode")

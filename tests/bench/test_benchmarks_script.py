@@ -76,7 +76,8 @@ def test_whole_job_rows_ratios_and_the_target_line(whole):
                 "marginal_img_cpu_s": 200}]
     rows = {r["name"]: r for r in whole.whole_job(loader, prepare, columns)}
     ours, pixel, theirs, direct = rows[whole.OURS_JPEG], rows[whole.OURS_PIXEL], rows[rn18], rows[whole.OURS_DIRECT]
-    assert direct["offline_ms"] == pytest.approx(10) and direct["ms"][b] == pytest.approx(10 + 1.5 + 0.8)  # its own set's row
+    assert direct["offline_ms"] == pytest.approx(10)
+    assert direct["ms"][b] == pytest.approx(10 + 1.5 + 0.8)  # its own set's loader row
     assert (ours["offline_ms"], pixel["offline_ms"], theirs["offline_ms"]) == pytest.approx((4, 6, 5))
     assert ours["ms"][a] == pytest.approx(4 + 16) and pixel["ms"][a] == pytest.approx(6 + 8)
     assert pixel["ms"][b] == pytest.approx(6 + 3 + 1.6) and theirs["ms"][b] == pytest.approx(5 + 7.5 + 3.2)
@@ -90,7 +91,8 @@ def test_whole_job_rows_ratios_and_the_target_line(whole):
     line = whole.target(whole.whole_job(loader, prepare, columns), columns)
     assert f": met, ×{30.7 / 12.3:.2f}** in this run" in line
     del prepare[1]  # derive not measured: the direct job still has its figure
-    assert "(by prepare + derive + 16 epochs: ×—)" in whole.target(whole.whole_job(loader, prepare, columns), columns)
+    line = whole.target(whole.whole_job(loader, prepare, columns), columns)
+    assert "(by prepare + derive + 16 epochs: ×—)" in line
     del prepare[1]  # prepare --pixels not measured: no target figure
     assert "not measured" in whole.target(whole.whole_job(loader, prepare, columns), columns)
 

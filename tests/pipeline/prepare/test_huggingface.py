@@ -75,7 +75,8 @@ def test_the_pixel_form_read_in_one_pass_from_targz_equals_the_archives(src, tmp
     it gives from the original archives."""
     pix = ["--pixels", "yuv420", "--max-side", "64"]
     assert prepare(tmp_path / "a", "--train", str(src / "ILSVRC2012_img_train.tar"), "--val",
-                   str(src / "ILSVRC2012_img_val.tar"), "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"), *pix) == 0
+                   str(src / "ILSVRC2012_img_val.tar"), "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"),
+                   *pix) == 0
     assert prepare(tmp_path / "b", "--train", str(src / "hf/data/train_images_*.tar.gz"),
                    "--val", str(src / "hf/data/val_images.tar.gz"), *pix) == 0
     assert outputs(tmp_path / "b") == outputs(tmp_path / "a")
