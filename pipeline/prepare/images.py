@@ -229,23 +229,20 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
     # own verdict below (errors and cuts keep their usual reasons). In the same reading it is
     # rewritten with restart markers; one that reads cleanly is validated, pixels or not. (JPEGs
     # that are decoded to be resized or fixed are not read twice: a second Huffman pass over the
-    # large ones cost ~0.9 ms per image on average on the ImageNet-like set. docs/format.md)
-    # The pixel form decodes every image, but validates one that would pass through as the JPEG form does
-    # (libjpeg's warnings: _jpegtran.check), so both forms of the same sources reject the same images.
+    # large ones cost ~0.9 ms per image on average on the ImageNet-like set. docs/format.md) The pixel
+    # form decodes every image, but checks these so, too: both forms of the same sources reject the same.
     passthrough = (is_jpeg and img.mode == "RGB" and header is not None and header.is_plain()
                    and not needs_resize and orientation == 1)
     warning = None  # libjpeg's complaint about the entropy-coded data, if it had one
     if passthrough and _jpegtran is not None:
-        if policy.pixels is not None:
-            kind, message = _jpegtran.check(data)
-        elif policy.restart_markers:
+        if policy.restart_markers and policy.pixels is None:
             rewritten, kind, message = _jpegtran.restart_rows(data)
             if rewritten is not None:
                 return _ok(rewritten, (width, height), (width, height), ("restart_markers",), fmt,
                            passthrough=False)
         else:
             kind, message = _jpegtran.check(data)
-            if kind is None:
+            if kind is None and policy.pixels is None:
                 return _ok(data, (width, height), (width, height), (), fmt, passthrough=True)
         warning = message if kind == "warning" else None
     passthrough = passthrough and policy.pixels is None
