@@ -147,10 +147,15 @@ def timed(fn) -> dict:
     return {"images": images, "wall_s": wall, "cpu_s": cpu, "busiest_cpu_s": max([own, *busiest.seen.values()])}
 
 
-def ours(train_tar: Path, out: Path, workers: int, restart_markers: bool = True) -> dict:
-    """prepare() on ``train_tar`` with ``workers`` worker processes: images, wall and CPU seconds."""
-    config = Config(resize=RESIZE, quality=QUALITY, shard_samples=SHARD_SAMPLES, splits=("train",),
-                    restart_markers=restart_markers)
+def ours(train_tar: Path, out: Path, workers: int, restart_markers: bool = True,
+         pixels_side: int | None = None) -> dict:
+    """prepare() on ``train_tar`` with ``workers`` worker processes: images, wall and CPU seconds; with
+    ``pixels_side``, prepare --pixels yuv420 --max-side PIXELS_SIDE (the pixel form from the archives)."""
+    if pixels_side is None:
+        config = Config(resize=RESIZE, quality=QUALITY, shard_samples=SHARD_SAMPLES, splits=("train",),
+                        restart_markers=restart_markers)
+    else:
+        config = Config(resize=f"longer:{pixels_side}", pixels="yuv420", shard_samples=SHARD_SAMPLES, splits=("train",))
 
     def run():
         shutil.rmtree(out, ignore_errors=True)

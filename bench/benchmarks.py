@@ -8,20 +8,24 @@ Each table comes from this one run, on the same files, with the date, the machin
    (seed 1 by default: held out, not the set the code was tuned on), then ``prepare-shards`` with its
    defaults (restart-marker grid, longer side 500, q90);
    and WORK/pixels-400, the pixel form of WORK/shards (``prepare-shards derive --pixels yuv420
-   --max-side 400``: FFCV rn18's max side), derived again only when the shards were rewritten;
+   --max-side 400``: FFCV rn18's max side), derived again only when the shards were rewritten, and
+   WORK/pixels-400-direct, the same form straight from WORK/src (``prepare-shards --pixels yuv420
+   --max-side 400``), likewise;
 2. **loader per core** (``bench-loader --compare``'s ``compare``, this process pinned to one core, its
    worker inheriting it): RandomResizedCrop + flip at 224 px (every row), 192 and 160 px (ours over
-   the JPEG shards and over the pixel form, ImageFolder, DALI and the three FFCV rows: all JPEG, and
+   the JPEG shards and over both pixel sets, ImageFolder, DALI and the three FFCV rows: all JPEG, and
    ffcv-imagenet's rn50 and rn18 write settings), images per CPU-second of the process tree, bytes per
    image each row reads;
 3. **where our loader's time goes** (bench/profile_loader.py at 224 px);
 4. **prepare vs FFCV's writer** (bench/bench_prepare.py: marginal rates of N and 3N images, 1 worker
    pinned to one core; 2 workers, with the CPU-time-based 1 -> 2 scaling), and derive's marginal rate
    (the JPEG shards of those N and 3N images -> the pixel form, 1 worker pinned to one core, its rounds
-   after prepare's);
+   after prepare's), and ``prepare-shards --pixels yuv420 --max-side 400``'s (the same N and 3N images
+   straight from the archive to the pixel form, one decode; as derive's row, its rounds after derive's);
 5. **the whole job** (bench/whole_job.py): CPU per image of the offline stages once plus 16 epochs
    (at 224 px, and on ffcv-imagenet's rn50 and rn18 16-epoch schedules, per epoch as the trainer runs
-   the recipes), ours (prepare; prepare + derive + the pixel form's loader) against FFCV's writer and
+   the recipes), ours (prepare; prepare + derive + the pixel form's loader; prepare --pixels + the loader
+   over its set) against FFCV's writer and
    loader in each of its write settings, from the figures of tables 2 and 4, and issue 32's target;
 6. **what the restart-marker grid costs and buys**: bytes, prepare and loader rates with the grid
    (the default) and with ``--no-restart-markers`` (WORK/shards-plain, our loader alone at 224 px).
@@ -69,7 +73,7 @@ def make_data(work: Path, *, classes: int, per_class: int, seed: int, say) -> Pa
         return work / "shards"
     say(f"writing the data under {work}")
     src = work / "src"
-    for stale in (src, pixel_dir(work)):  # what an interrupted run left; the pixel form of older shards
+    for stale in (src, pixel_dir(work), direct_dir(work)):  # what an interrupted run left; older pixel sets
         shutil.rmtree(stale, ignore_errors=True)
     subprocess.run([_script("make-synthetic-imagenet"), str(src), *args, "--quiet"], check=True)
     for out, extra in ((work / "shards", []), (work / "shards-plain", ["--no-restart-markers"])):
@@ -86,6 +90,21 @@ def pixel_dir(work: Path) -> Path:
     return work / f"pixels-{W.PIXEL_SIDE}"
 
 
+def direct_dir(work: Path) -> Path:
+    """Where WORK keeps the pixel form written straight from WORK/src (prepare --pixels)."""
+    return work / f"pixels-{W.PIXEL_SIDE}-direct"
+
+
+def direct_form(work: Path) -> Path:
+    """``prepare-shards --pixels yuv420 --max-side W.PIXEL_SIDE`` of WORK/src into direct_dir(work) (all
+    cores; it resumes, or skips a job already done there); returns that folder."""
+    src, out = work / "src", direct_dir(work)
+    subprocess.run([_script("prepare-shards"), "--train", str(src / "ILSVRC2012_img_train.tar"),
+                    "--val", str(src / "ILSVRC2012_img_val.tar"), "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"),
+                    "--out", str(out), "--pixels", "yuv420", "--max-side", str(W.PIXEL_SIDE), "--quiet"], check=True)
+    return out
+
+
 def pixel_form(shards: Path, out: Path, max_side: int = W.PIXEL_SIDE) -> Path:
     """The pixel form of ``shards`` at ``max_side`` in ``out`` (prepare-shards derive, one worker; it
     resumes, or skips a job already done there); returns ``out``."""
@@ -95,9 +114,9 @@ def pixel_form(shards: Path, out: Path, max_side: int = W.PIXEL_SIDE) -> Path:
     return out
 
 
-def loader_tables(shards: Path, pixels: Path, work: Path, *, peers, rounds: int, batches: int, batch_size: int,
-                  say) -> dict:
-    """compare() at each resolution, pinned to one core, with the pixel form ``pixels`` as a row:
+def loader_tables(shards: Path, pixels: Path, direct: Path, work: Path, *, peers, rounds: int, batches: int,
+                  batch_size: int, say) -> dict:
+    """compare() at each resolution, pinned to one core, with the pixel sets ``pixels`` and ``direct`` as rows:
     {res: rows}; and "plain": our loader alone at 224 px on the shards without restart markers (what
     the grid buys)."""
     allowed = sorted(os.sched_getaffinity(0))
@@ -105,7 +124,7 @@ def loader_tables(shards: Path, pixels: Path, work: Path, *, peers, rounds: int,
     common = dict(workers=1, batches=batches, batch_size=batch_size, rounds=rounds, peers=peers, progress=say)
     try:
         tables = {res: compare(str(shards), res=res, work=str(work / "compare"),
-                               forms={W.PIXEL_LABEL: str(pixels)},
+                               forms={W.PIXEL_LABEL: str(pixels), W.DIRECT_LABEL: str(direct)},
                                only=None if res == RESOLUTIONS[0] else FEW_ROWS, **common) for res in RESOLUTIONS}
         plain = shards.with_name(shards.name + "-plain")
         tables["plain"] = compare(str(plain), res=RESOLUTIONS[0], work=str(work / "compare-plain"), only=(), **common)
@@ -147,8 +166,27 @@ def derive_rates(archives: Path, work: Path, *, n: int, rounds: int, say) -> dic
     return bench_prepare.summary(W.DERIVE_ROW, pairs)
 
 
+def direct_rates(archives: Path, work: Path, *, n: int, rounds: int, say) -> dict:
+    """Table 4's prepare --pixels row: ``prepare-shards --pixels yuv420 --max-side W.PIXEL_SIDE`` on
+    bench_prepare's N- and 3N-image subsets, one worker pinned to one core, marginal rate; medians of
+    ``rounds`` rounds, bench_prepare's timing and summary (its 1-worker row, with the pixel form)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {allowed[0]})
+    try:
+        tars = [bench_prepare.subset(archives / "ILSVRC2012_img_train.tar", k, work)[0] for k in (n, 3 * n)]
+        pairs = []
+        for r in range(rounds):
+            say(f"round {r + 1}/{rounds}: prepare --pixels, 1 worker")
+            pairs.append(tuple(bench_prepare.ours(tar, work / "direct-out", 1, pixels_side=W.PIXEL_SIDE)
+                               for tar in tars))
+    finally:
+        os.sched_setaffinity(0, set(allowed))
+    return bench_prepare.summary(W.DIRECT_ROW, pairs, "archives -> pixel shards, one decode")
+
+
 def prepare_tables(work: Path, *, n: int, rounds: int, peers, say) -> dict:
-    """Table 4: bench_prepare's rows, then derive's (after prepare's, whose rounds it does not share)."""
+    """Table 4: bench_prepare's rows, then derive's and prepare --pixels' (after prepare's, whose rounds
+    they do not share)."""
     say("prepare-shards against FFCV's writer")
     prep = bench_prepare.run_bench(work / "src", work / "prepare", n=n, rounds=rounds, peers=peers, progress=say)
     say("prepare-shards derive")
@@ -156,7 +194,8 @@ def prepare_tables(work: Path, *, n: int, rounds: int, peers, say) -> dict:
     both = [prep["rows"][0].get("marginal_img_cpu_s"), row.get("marginal_img_cpu_s")]
     row["note"] = "JPEG shards -> pixel shards" + (f"; prepare + derive: {1 / sum(1 / r for r in both):,.0f} img per "
                                                    f"CPU-s" if all(both) else "")
-    prep["rows"].insert(1, row)
+    say("prepare-shards --pixels")
+    prep["rows"][1:1] = [row, direct_rates(work / "src", work / "prepare", n=n, rounds=rounds, say=say)]
     return prep
 
 
@@ -269,7 +308,9 @@ def main(argv=None) -> int:
     shards = make_data(work, classes=args.classes, per_class=args.train_per_class, seed=args.seed, say=say)
     say(f"the pixel form (yuv420, max side {W.PIXEL_SIDE}) under {pixel_dir(work)}")
     pixels = pixel_form(shards, pixel_dir(work))
-    loader = loader_tables(shards, pixels, work, peers=args.peers, rounds=args.rounds, batches=args.batches,
+    say(f"the pixel form straight from the archives under {direct_dir(work)}")
+    direct = direct_form(work)
+    loader = loader_tables(shards, pixels, direct, work, peers=args.peers, rounds=args.rounds, batches=args.batches,
                            batch_size=args.batch_size, say=say)
     say("profiling our loader at 224 px")
     allowed = sorted(os.sched_getaffinity(0))

@@ -20,10 +20,15 @@ RECIPES = ("ffcv-rn50-16", "ffcv-rn18-16")  # ffcv-imagenet's 16-epoch schedules
 TARGET_RECIPE, TARGET_WRITE, TARGET_RATIO = "ffcv-rn18-16", "rn18", 1.5  # issue 32's whole-job target
 PIXEL_SIDE = 400  # the pixel form's max side: FFCV rn18's (peers.FFCV_WRITES["rn18"])
 PIXEL_LABEL = f"yuv420, {PIXEL_SIDE} px"  # compare()'s forms label: the row is "imagenet-shards (LABEL)"
+DIRECT_LABEL = f"{PIXEL_LABEL}, from the archives"  # the set prepare --pixels writes (compare()'s forms label)
 JPEG_ROW, PIXEL_ROW = "imagenet-shards (turbo)", f"imagenet-shards ({PIXEL_LABEL})"
+DIRECT_LOADER_ROW = f"imagenet-shards ({DIRECT_LABEL})"
 PREPARE_ROW = "imagenet-shards prepare, 1 worker"
 DERIVE_ROW = f"imagenet-shards derive, 1 worker (JPEG shards -> {PIXEL_LABEL})"
+DIRECT_ROW = f"imagenet-shards prepare --pixels, 1 worker (archives -> {PIXEL_LABEL})"
 OURS_JPEG, OURS_PIXEL = "imagenet-shards (JPEG shards)", f"imagenet-shards, pixel form ({PIXEL_LABEL})"
+OURS_DIRECT = f"imagenet-shards, pixel form from the archives ({PIXEL_LABEL})"
+OURS = (OURS_JPEG, OURS_PIXEL, OURS_DIRECT)  # table 5's "÷ ours" columns, in contenders() order
 FFCV_ROW = {p.write: p.name for p in PEERS if p.write}
 
 
@@ -61,8 +66,10 @@ def job_ms(offline: list[float | None], loader: dict[int, float | None], plan) -
 
 
 def contenders() -> list[tuple[str, tuple[str, ...], str]]:
-    """(name, its offline stages' rows in table 4, its loader's row in table 2) of every whole job."""
-    out = [(OURS_JPEG, (PREPARE_ROW,), JPEG_ROW), (OURS_PIXEL, (PREPARE_ROW, DERIVE_ROW), PIXEL_ROW)]
+    """(name, its offline stages' rows in table 4, its loader's row in table 2) of every whole job; the
+    pixel form from the archives (prepare --pixels) is read from its own set (the derived set's size rule)."""
+    out = [(OURS_JPEG, (PREPARE_ROW,), JPEG_ROW), (OURS_PIXEL, (PREPARE_ROW, DERIVE_ROW), PIXEL_ROW),
+           (OURS_DIRECT, (DIRECT_ROW,), DIRECT_LOADER_ROW)]
     return out + [(FFCV_ROW[w], (f"FFCV DatasetWriter, 1 worker ({describe_write(w)})",), FFCV_ROW[w])
                   for w in FFCV_WRITES]
 
@@ -79,7 +86,7 @@ def whole_job(loader: dict, prepare: list[dict], columns: dict[str, dict]) -> li
         offline = [offline_rate.get(s) for s in stages]
         rows.append({"name": name, "offline_ms": job_ms(offline, {}, ()),
                      "ms": {label: job_ms(offline, rates, c["plan"]) for label, c in columns.items()}})
-    ours = rows[:2]
+    ours = rows[:len(OURS)]
     for row in rows:
         row["over"] = {label: {o["name"]: row["ms"][label] / o["ms"][label] if row["ms"][label] and o["ms"][label]
                                else None for o in ours} for label in columns}
@@ -87,16 +94,17 @@ def whole_job(loader: dict, prepare: list[dict], columns: dict[str, dict]) -> li
 
 
 def target(rows: list[dict], columns: dict[str, dict]) -> str:
-    """Issue 32's whole-job target as one line: FFCV's rn18 write ÷ our pixel form on ffcv-rn18-16's
-    schedule, ≥ ×1.5."""
+    """Issue 32's whole-job target as one line: FFCV's rn18 write ÷ our pixel form (made from the archives
+    in one pass, and by prepare + derive) on ffcv-rn18-16's schedule, ≥ ×1.5."""
     label = next(k for k, c in columns.items() if TARGET_RECIPE in c["recipes"])
     theirs = next(r for r in rows if r["name"] == FFCV_ROW[TARGET_WRITE])
-    ratio = theirs["over"][label][OURS_PIXEL]
+    direct, derived = (theirs["over"][label][o] for o in (OURS_DIRECT, OURS_PIXEL))
     head = (f"**Target (issue 32): the whole job on {TARGET_RECIPE}'s schedule, FFCV rn18 write (writer + "
-            f"{EPOCHS} epochs) ÷ ours, pixel form (prepare + derive + {EPOCHS} epochs) ≥ ×{TARGET_RATIO}:")
-    if ratio is None:
+            f"{EPOCHS} epochs) ÷ ours, pixel form (prepare --pixels + {EPOCHS} epochs) ≥ ×{TARGET_RATIO}:")
+    if direct is None:
         return f"{head} not measured** (a row of tables 2 or 4 it needs has no figure)."
-    return f"{head} {'met' if ratio >= TARGET_RATIO else 'not met'}, ×{ratio:.2f}** in this run."
+    return (f"{head} {'met' if direct >= TARGET_RATIO else 'not met'}, ×{direct:.2f}** in this run "
+            f"(by prepare + derive + {EPOCHS} epochs: ×{fmt(derived, '.2f')}).")
 
 
 def fmt(v, spec=",.0f") -> str:
@@ -108,12 +116,12 @@ def whole_md(rows: list[dict], columns: dict[str, dict]) -> list[str]:
     """Table 5 as markdown, then the target line."""
     head, rule = ["contender", "offline stages, ms CPU per image"], ["---", "---:"]
     for label in columns:
-        head += [f"+ {label}, ms", "÷ ours JPEG", "÷ ours pixel"]
-        rule += ["---:"] * 3
+        head += [f"+ {label}, ms", "÷ ours JPEG", "÷ ours pixel", "÷ ours pixel from the archives"]
+        rule += ["---:"] * 4
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
     for r in rows:
         cells = [r["name"], fmt(r["offline_ms"], ".2f")]
         for label in columns:
-            cells += [fmt(r["ms"][label], ".1f")] + [fmt(r["over"][label][o], ".2f") for o in (OURS_JPEG, OURS_PIXEL)]
+            cells += [fmt(r["ms"][label], ".1f")] + [fmt(r["over"][label][o], ".2f") for o in OURS]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + ["", target(rows, columns)]

@@ -85,7 +85,8 @@ def check_manifest(m: dict) -> tuple[list[Problem], set[str]]:
 
 
 def _form_faults(m: dict) -> list[str]:
-    """The stored form's fields: `form` one we know; a pixel set's `max_side` and `derived_from`."""
+    """The stored form's fields: `form` one we know; a pixel set's `max_side`, and its `derived_from` where it
+    has one (a set prepared straight from the sources, `prepare-shards --pixels`, has none)."""
     form = m.get("form", JPEG_FORM)
     if form not in (JPEG_FORM, pixels.FORM):
         return [f"form is {form!r}, not {JPEG_FORM!r} or {pixels.FORM!r}"]
@@ -95,7 +96,8 @@ def _form_faults(m: dict) -> list[str]:
     if not (isinstance(m.get("max_side"), int) and not isinstance(m["max_side"], bool) and m["max_side"] > 0):
         out.append(f"a {form} set's max_side is missing or not a positive integer")
     src = m.get("derived_from")
-    if not (isinstance(src, dict) and isinstance(src.get("url"), str) and _is_hex(src.get("sha256"), 64)):
+    well_formed = isinstance(src, dict) and isinstance(src.get("url"), str) and _is_hex(src.get("sha256"), 64)
+    if "derived_from" in m and not well_formed:
         out.append(f"a {form} set's derived_from lacks the source set's url and sha256")
     return out
 

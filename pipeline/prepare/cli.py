@@ -6,6 +6,7 @@
     prepare-shards finalize OUT      # assemble the manifest after multi-machine --part runs
     prepare-shards adopt SRC [--out DIR]   # take over an existing WebDataset ImageNet shard set
     prepare-shards derive SRC --pixels yuv420 --max-side 400 --out DST   # the pixel form of a shard set
+    prepare-shards ... --pixels yuv420 --max-side 400 --out DST   # the pixel form, straight from the sources
 
 Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2 could not run.
 """
@@ -13,6 +14,7 @@ Exit codes: 0 done (rejected images are listed in the manifest, not an error), 2
 from __future__ import annotations
 
 import argparse
+import copy
 import glob
 import json
 import os
@@ -65,8 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     storage.add_storage_option(p)
     img = p.add_argument_group("images")
     img.add_argument("--resize", default="longer:500",
-                     help="longer:N | shorter:N | none; never upscales (default longer:500)")
+                     help="longer:N | shorter:N | none; never upscales (default longer:500; with --pixels, "
+                          "--max-side instead)")
     img.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default 90)")
+    img.add_argument("--pixels", choices=("yuv420",), default=None,
+                     help="store each image decoded, as YUV 4:2:0 planes (KEY.yuv420; docs/format.md, 'Pixel form'), "
+                          "in the same one decode that validates it: the set `prepare-shards derive` makes from a "
+                          "JPEG set, straight from the sources (default: JPEGs)")
+    img.add_argument("--max-side", type=int, default=None, metavar="N",
+                     help="with --pixels: longer side at most N pixels, never upscaled (default 400)")
     img.add_argument("--max-pixels", type=int, default=89_478_485,
                      help="reject images with more pixels (decompression-bomb guard; default PIL's 89478485)")
     img.add_argument("--exif-transpose", action="store_true",
@@ -284,6 +293,33 @@ def splits_option(args) -> tuple[str, ...]:
     return splits
 
 
+def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The dests of the flags `argv` gives (abbreviated or not), whatever their values: the parse again
+    with every default suppressed."""
+    quiet = copy.deepcopy(parser)
+    for action in quiet._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(quiet.parse_args(argv)))
+
+
+def image_options(args, given: set[str]) -> dict:
+    """Config's resize, quality, restart_markers and pixels from the flags (`given`: given_options); ValueError
+    (one line) for a flag of the JPEG form given with --pixels, or --max-side without it."""
+    if args.pixels is None:
+        if args.max_side is not None:
+            raise ValueError("--max-side bounds the stored planes of --pixels; for JPEGs use --resize longer:N")
+        return {"resize": args.resize, "quality": args.quality, "restart_markers": args.restart_markers}
+    jpeg_only = [f for f, dest in (("--resize", "resize"), ("--quality", "quality"),
+                                   ("--no-restart-markers", "restart_markers")) if dest in given]
+    if jpeg_only:
+        raise ValueError(f"{' and '.join(jpeg_only)} set how JPEGs are stored: --pixels {args.pixels} stores none "
+                         "(its size is --max-side N, default 400); drop them")
+    max_side = 400 if args.max_side is None else args.max_side
+    if max_side < 1:
+        raise ValueError(f"--max-side must be a positive number of pixels, got {max_side}")
+    return {"resize": f"longer:{max_side}", "pixels": args.pixels}
+
+
 def main(argv=None) -> int:
     """prepare-shards: 0 done, 2 could not run (one line), 130/143 interrupted by SIGINT/SIGTERM
     (one line; the rerun resumes)."""
@@ -312,10 +348,11 @@ def _main(argv=None) -> int:
             return _fail(e)
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        config = Config(resize=args.resize, quality=args.quality, seed=args.seed, max_pixels=args.max_pixels,
-                        exif_transpose=args.exif_transpose, restart_markers=args.restart_markers,
+        config = Config(**image_options(args, given_options(parser, argv)), seed=args.seed, max_pixels=args.max_pixels,
+                        exif_transpose=args.exif_transpose,
                         splits=splits_option(args),
                         shard_bytes=args.shard_bytes,
                         shard_samples=None if args.shard_bytes else
@@ -326,7 +363,7 @@ def _main(argv=None) -> int:
                         label_space=None if args.label_space is None else label_space_option(args.label_space),
                         holdout_per_class=args.holdout_per_class, skip_unknown_wnids=args.skip_unknown_wnids)
         storage.apply_storage_options(args.out, args.storage_option)
-        if config.restart_markers and not args.quiet:
+        if config.pixels is None and config.restart_markers and not args.quiet:
             from imagenet_shards.pipeline.prepare import images
             if images._jpegtran is None:
                 print("note: the _jpegtran extension is not built, so pass-through JPEGs are stored byte for byte, "

@@ -58,6 +58,7 @@ class Config:
     label_space: LabelSpace | str | None = field(default=None, repr=False)  # str: only PRESENT
     holdout_per_class: int | None = None
     skip_unknown_wnids: bool = False  # a full release's default space: leave other WNIDs' images out, listed
+    pixels: str | None = None  # the pixel form (format/pixels.py) instead of JPEGs; resize then "longer:MAX_SIDE"
 
     def __post_init__(self):
         check_config(self)
@@ -83,7 +84,13 @@ class Config:
     def policy(self) -> ImagePolicy:
         """The per-image policy these settings describe."""
         return ImagePolicy(resize=self.resize, quality=self.quality, max_pixels=self.max_pixels,
-                           exif_transpose=self.exif_transpose, restart_markers=self.restart_markers)
+                           exif_transpose=self.exif_transpose, restart_markers=self.restart_markers,
+                           pixels=self.pixels)
+
+    @property
+    def max_side(self) -> int | None:
+        """The pixel form's bound on the longer side (the manifest's `max_side`), None for JPEGs."""
+        return None if self.pixels is None else int(self.resize.split(":")[1])
 
     def as_dict(self) -> dict:
         """The config as recorded in the job state and the manifest (JSON types only)."""
@@ -91,9 +98,11 @@ class Config:
         d["splits"] = list(self.splits)
         for k in ("classes", "per_class", "fraction", "train_list", "label_space", "holdout_per_class"):
             del d[k]
-        for k in ("allow_partial_val", "skip_unknown_wnids"):  # recorded only when given: earlier runs'
-            if not d[k]:                                       # job states stay equal
+        for k in ("allow_partial_val", "skip_unknown_wnids", "pixels"):  # recorded only when given: earlier
+            if not d[k]:                                                  # runs' job states stay equal
                 del d[k]
+        if self.pixels is not None:  # the JPEG form's settings: not used, so not recorded
+            del d["quality"], d["restart_markers"]
         if self.subset:
             d["subset"] = self.subset_record()
         # only when set: a run without them records what it recorded before they existed (same bytes)
@@ -135,6 +144,9 @@ def check_config(cfg: Config) -> None:
         cfg.policy()
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.pixels is not None and (cfg.quality != 90 or not cfg.restart_markers):
+        raise ConfigError(f"--quality and --no-restart-markers set how JPEGs are stored: the {cfg.pixels} form "
+                          "stores none; drop them")
     if (cfg.shard_samples is None) == (cfg.shard_bytes is None):
         raise ConfigError("give exactly one of --shard-samples and --shard-bytes")
     for name, value in (("--shard-samples", cfg.shard_samples), ("--shard-bytes", cfg.shard_bytes)):

@@ -20,7 +20,6 @@ import posixpath
 import time
 from dataclasses import dataclass
 
-import numpy as np
 from tqdm import tqdm
 
 from imagenet_shards.pipeline import storage
@@ -34,7 +33,8 @@ from imagenet_shards.pipeline.parallel import run_jobs
 from imagenet_shards.pipeline.prepare.config import SPLITS
 from imagenet_shards.pipeline.prepare.errors import PrepareError
 from imagenet_shards.pipeline.prepare.finalize import finalize, summarize
-from imagenet_shards.pipeline.prepare.images import _jpegtran, decode_resized
+from imagenet_shards.pipeline.prepare.encoders import encode_pixels
+from imagenet_shards.pipeline.prepare.images import decode_resized
 from imagenet_shards.pipeline.prepare.outdir import STATE, open_outdir, record_name, record_rel
 from imagenet_shards.pipeline.prepare.job_state import claim_part_count
 from imagenet_shards.pipeline.prepare.parts import job_id, part_state_rel, state_differences
@@ -43,20 +43,6 @@ from imagenet_shards.pipeline.prepare.shards import open_shard
 from imagenet_shards.pipeline.storage.atomic import DiskFull
 
 FORMS = (pixels.FORM,)
-
-# The C encoder (pipeline/native/jpegtran_yuv.c): pixels.encode's bytes (tested byte for byte), 4x and
-# more faster (docs/benchmarks.md, "prepare-shards derive per core"); None without the extension, or with
-# one built before it had the encoder (imagenet-shards-doctor names both), and then numpy's reference encodes.
-_yuv420 = getattr(_jpegtran, "yuv420", None)
-
-
-def encode_pixels(rgb) -> bytes:
-    """pixels.encode(rgb): by the C encoder where it is built, else by numpy's reference itself."""
-    if _yuv420 is None or rgb.dtype != "uint8" or rgb.ndim != 3 or rgb.shape[2] != 3:
-        return pixels.encode(rgb)  # which also refuses what is not H x W x 3 uint8
-    h, w = rgb.shape[:2]
-    return _yuv420(np.ascontiguousarray(rgb), w, h)
-
 
 @dataclass(frozen=True)
 class DeriveSpec:

@@ -43,8 +43,8 @@ def derive_main(argv: list[str], print_summary, fail) -> int:
     from imagenet_shards.pipeline.prepare.parts import parse_part
 
     args = build_derive_parser().parse_args(argv)
-    from imagenet_shards.pipeline.prepare import derive as derive_module
-    if derive_module._yuv420 is None and not args.quiet:
+    from imagenet_shards.pipeline.prepare import encoders
+    if encoders._yuv420 is None and not args.quiet:
         print("note: the _jpegtran extension (with its pixel encoder) is not built, so derive encodes with numpy: "
               "the same bytes, ~0.4-1.7 ms more per image; imagenet-shards-doctor says how to build it",
               file=sys.stderr)

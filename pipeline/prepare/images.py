@@ -1,4 +1,4 @@
-"""The per-sample step of the offline stage: image bytes in, JPEG bytes out (or a reason not to).
+"""The per-sample step of the offline stage: image bytes in, JPEG bytes (or pixel planes) out, or a reason not to.
 
 `process_image(data, policy)` is pure: no files, no state kept, no printing (it only silences
 PIL's DecompressionBombWarning inside `warnings.catch_warnings`, which is process-wide: use worker
@@ -23,7 +23,11 @@ processes, as the writer does, not threads). It
   `restart_markers`), which lets the loader decode only the cells around a crop; that rewrite entropy-decodes every block
   and declines on any libjpeg error or warning, so it is the validation too. Where it declines (or
   the extension is not built, or the policy is off) the bytes pass through unchanged after the
-  validation below. Re-encoded images get the same markers from the encoder.
+  validation below. Re-encoded images get the same markers from the encoder;
+- with `policy.pixels` (the pixel form, `prepare-shards --pixels`), stores every image as the planes of
+  its decoded, fixed and resized pixels (`encoders.encode_pixels`): nothing passes through, but a JPEG
+  that would have is still read by libjpeg (`_jpegtran.check`) first, so both forms reject the same
+  images; the fixes are the JPEG form's, less `restart_markers` and `reencoded` (how a JPEG is stored).
 
 Pixels are what PIL (and so torchvision's `ImageFolder`) shows: no colour management (ICC profiles
 are dropped from re-encoded files, pixel values are left as decoded) and, by default, no EXIF
@@ -56,13 +60,11 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
+from imagenet_shards.pipeline.format import pixels
 from imagenet_shards.pipeline.prepare.image_formats import (JPEG_FAMILY, JpegHeader, failure_reason, jpeg_has_end,
                                                             jpeg_header, sniff_format)
 
-try:
-    from imagenet_shards.pipeline.prepare import _jpegtran
-except ImportError:  # not built (no C compiler or libjpeg headers at install time): pass-through stays byte for byte
-    _jpegtran = None
+from imagenet_shards.pipeline.prepare.encoders import _jpegtran, encode_jpeg, encode_pixels
 
 # LANCZOS over BICUBIC+reducing_gap: after the DCT-domain draft the remaining factor is < 2, where
 # reducing_gap never engages and LANCZOS and BICUBIC cost and score the same (bench/bench_images.py:
@@ -104,9 +106,15 @@ class ImagePolicy:
     max_pixels: int = 89_478_485  # decompression-bomb guard (PIL's default); over -> too_many_pixels
     exif_transpose: bool = False  # default: pixels as PIL / torchvision ImageFolder see them
     restart_markers: bool = True  # restart markers on a grid of MCU cells in every stored JPEG (module docstring)
+    pixels: str | None = None  # None: store JPEGs; pixels.FORM: store the decoded planes (quality, markers unused)
 
     def __post_init__(self):
-        parse_resize(self.resize)
+        kind, _ = parse_resize(self.resize)
+        if self.pixels is not None and self.pixels != pixels.FORM:
+            raise ValueError(f"pixel form {self.pixels!r}: the forms are {pixels.FORM}")
+        if self.pixels is not None and kind != "longer":  # the manifest's max_side bounds the longer side
+            raise ValueError(f"the {self.pixels} form bounds the longer side (max_side): resize must be "
+                             f"longer:N, got {self.resize!r}")
         if not (isinstance(self.quality, int) and 1 <= self.quality <= 100):
             raise ValueError(f"JPEG quality must be an integer in 1..100, got {self.quality!r}")
         if not (isinstance(self.max_pixels, int) and self.max_pixels > 0):
@@ -221,21 +229,23 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
     # own verdict below (errors and cuts keep their usual reasons). In the same reading it is
     # rewritten with restart markers; one that reads cleanly is validated, pixels or not. (JPEGs
     # that are decoded to be resized or fixed are not read twice: a second Huffman pass over the
-    # large ones cost ~0.9 ms per image on average on the ImageNet-like set. docs/format.md)
+    # large ones cost ~0.9 ms per image on average on the ImageNet-like set. docs/format.md) The pixel
+    # form decodes every image, but checks these so, too: both forms of the same sources reject the same.
     passthrough = (is_jpeg and img.mode == "RGB" and header is not None and header.is_plain()
                    and not needs_resize and orientation == 1)
     warning = None  # libjpeg's complaint about the entropy-coded data, if it had one
     if passthrough and _jpegtran is not None:
-        if policy.restart_markers:
+        if policy.restart_markers and policy.pixels is None:
             rewritten, kind, message = _jpegtran.restart_rows(data)
             if rewritten is not None:
                 return _ok(rewritten, (width, height), (width, height), ("restart_markers",), fmt,
                            passthrough=False)
         else:
             kind, message = _jpegtran.check(data)
-            if kind is None:
+            if kind is None and policy.pixels is None:
                 return _ok(data, (width, height), (width, height), (), fmt, passthrough=True)
         warning = message if kind == "warning" else None
+    passthrough = passthrough and policy.pixels is None
     # Without the extension, a JPEG that will pass through needs no pixels, only the verdict: decode
     # it at 1/8 scale in the DCT domain. libjpeg still entropy-decodes every block (a cut scan fails
     # exactly as in a full decode); what it skips is the IDCT, upsampling and colour conversion,
@@ -272,10 +282,10 @@ def _process_opened(img: Image.Image, data: bytes, header: JpegHeader | None,
     if needs_resize:
         rgb = rgb.resize(target, _RESAMPLE, box=box)  # with _draft: the one resize (decode_resized too)
         fixes.append("resized")
-    if not fixes:
-        fixes.append("reencoded")
-    return _ok(_encode_jpeg(rgb, policy.quality, policy.restart_markers), rgb.size, (width, height),
-               tuple(fixes), fmt, passthrough=False)
+    if policy.pixels is not None:  # fixes name what was done to the pixels: "reencoded" is the JPEG form's
+        return _ok(encode_pixels(np.asarray(rgb)), rgb.size, (width, height), tuple(fixes), fmt, passthrough=False)
+    return _ok(encode_jpeg(rgb, policy.quality, policy.restart_markers), rgb.size, (width, height),
+               tuple(fixes or ["reencoded"]), fmt, passthrough=False)
 
 
 def _draft(img: Image.Image, target: tuple[int, int]) -> tuple | None:
@@ -355,21 +365,6 @@ def _transposed_box(box, size, method) -> tuple[float, float, float, float]:
     }[method]
     (ax, ay), (bx, by) = corner(box[0], box[1]), corner(box[2], box[3])
     return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
-
-
-def _encode_jpeg(img: Image.Image, quality: int, restart_markers: bool) -> bytes:
-    # Only these options reach the encoder: no EXIF, ICC or XMP is carried over; baseline, 4:2:0;
-    # restart markers on the same grid as the lossless rewrite (_jpegtran.interval_mcus; without the
-    # extension, one per MCU row) unless the policy turned them off. A Pillow without the option ignores
-    # it: the loader then just reads those files without entering at the markers.
-    markers = {}
-    if restart_markers and _jpegtran is not None:
-        markers = {"restart_marker_blocks": _jpegtran.interval_mcus(-(-img.width // 16), 16)}  # 4:2:0: 16 px MCUs
-    elif restart_markers:
-        markers = {"restart_marker_rows": 1}
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality, optimize=False, progressive=False, subsampling=2, **markers)
-    return buf.getvalue()
 
 
 def _ok(data: bytes, size: tuple[int, int], orig_size: tuple[int, int], fixes: tuple[str, ...],

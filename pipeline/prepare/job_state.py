@@ -141,6 +141,8 @@ def job_state(config: Config, indexes: dict[str, SourceIndex], classes: list[str
         "classes": class_table(classes, label_1k),
         "splits": {s: split_state(indexes.get(s), p, config) for s, p in plans.items()},
     }
+    if config.pixels is not None:  # the stored form, as a derived set records it (without derived_from)
+        state["form"], state["max_side"] = config.pixels, config.max_side
     if isinstance(config.label_space, LabelSpace):  # only then: an ILSVRC run's manifest stays as it was
         state["label_space"] = config.label_space.record()
         state["dataset"] = config.label_space.dataset

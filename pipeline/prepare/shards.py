@@ -30,6 +30,7 @@ import os
 import tarfile
 from collections import Counter
 
+from imagenet_shards.pipeline.format import pixels
 from imagenet_shards.pipeline.format.digest import FAST, new_hash
 from imagenet_shards.pipeline.format.manifest import COUNTED_ONLY
 from imagenet_shards.pipeline.storage.atomic import atomic_open
@@ -77,10 +78,13 @@ class SourceFiles:
         self.close()
 
 
-def sample_json(s: PlannedSample, r) -> bytes:
-    """The sample's `KEY.json` (docs/format.md); a class-subset run adds `label_1k` (`s.meta`)."""
+def sample_json(s: PlannedSample, r, form: str | None = None) -> bytes:
+    """The sample's `KEY.json` (docs/format.md); a class-subset run adds `label_1k` (`s.meta`), the pixel
+    form its `form` (as prepare-shards derive's samples: width and height are the stored planes')."""
     meta = {"label": s.label, "wnid": s.wnid, "filename": s.filename, "width": r.width, "height": r.height,
             "orig_width": r.orig_width, "orig_height": r.orig_height, "fixes": list(r.fixes), **dict(s.meta)}
+    if form is not None:
+        meta["form"] = form
     return json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -133,6 +137,7 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
     rejected, skipped, fixed, class_counts, written = [], [], [], {}, 0
     fix_counts: Counter = Counter()
     failed: dict[str, Counter] = {}  # wnid -> reasons: planned images of the class that are not samples
+    image_ext = "jpg" if policy.pixels is None else pixels.EXT  # sorted extensions: cls, jpg, json / cls, json, yuv420
     with SourceFiles() as sources, open_shard(os.path.join(out_dir, spec.url)) as tw:
         for s in spec.samples:
             data = sources.read_member(s)
@@ -144,9 +149,9 @@ def build_shard(spec: ShardSpec, out_dir: str, policy: ImagePolicy) -> dict:
                 if s.wnid is not None:
                     failed.setdefault(s.wnid, Counter())[r.reason] += 1
                 continue
-            tw.add(f"{s.key}.cls", str(s.label).encode())  # sorted extensions: cls, jpg, json
-            tw.add(f"{s.key}.jpg", r.data)
-            tw.add(f"{s.key}.json", sample_json(s, r))
+            members = {"cls": str(s.label).encode(), image_ext: r.data, "json": sample_json(s, r, policy.pixels)}
+            for ext in sorted(members):
+                tw.add(f"{s.key}.{ext}", members[ext])
             written += 1
             if s.wnid is not None:  # test samples have no class
                 class_counts[s.wnid] = class_counts.get(s.wnid, 0) + 1

@@ -59,33 +59,41 @@ def _row(name, cpu):
 
 
 def test_whole_job_rows_ratios_and_the_target_line(whole):
-    """Each contender's offline stages (ours pixel: prepare + derive) and its loader row over each
-    column's schedule; ratios over both of ours; the target is FFCV rn18 ÷ ours pixel on ffcv-rn18-16."""
+    """Each contender's offline stages (ours pixel: prepare + derive; from the archives: prepare --pixels) and
+    its loader row over each column's schedule (the pixel row for both pixel jobs); ratios over each of ours;
+    the target is FFCV rn18 ÷ ours pixel from the archives on ffcv-rn18-16 (and ÷ prepare + derive beside it)."""
     columns = whole.schedules()
     a, b = list(columns)
     rn18, jpg = whole.FFCV_ROW["rn18"], whole.FFCV_ROW["jpg"]
     rates = {224: (1000, 2000, 1000), 192: (1250, 2500, 1250), 160: (2000, 4000, 1600)}
-    loader = {res: [_row(whole.JPEG_ROW, j), _row(whole.PIXEL_ROW, p), _row(rn18, f)]
-              for res, (j, p, f) in rates.items()}
+    loader = {res: [_row(whole.JPEG_ROW, j), _row(whole.PIXEL_ROW, p), _row(whole.DIRECT_LOADER_ROW, 2 * p),
+                    _row(rn18, f)] for res, (j, p, f) in rates.items()}
     loader["plain"] = [_row(whole.JPEG_ROW, 1)]  # not a resolution: ignored
     prepare = [{"name": whole.PREPARE_ROW, "marginal_img_cpu_s": 250},
                {"name": whole.DERIVE_ROW, "marginal_img_cpu_s": 500},
+               {"name": whole.DIRECT_ROW, "marginal_img_cpu_s": 100},
                {"name": "FFCV DatasetWriter, 1 worker (10 % JPEG q90, the rest raw, max side 400)",
                 "marginal_img_cpu_s": 200}]
     rows = {r["name"]: r for r in whole.whole_job(loader, prepare, columns)}
-    ours, pixel, theirs = rows[whole.OURS_JPEG], rows[whole.OURS_PIXEL], rows[rn18]
+    ours, pixel, theirs, direct = rows[whole.OURS_JPEG], rows[whole.OURS_PIXEL], rows[rn18], rows[whole.OURS_DIRECT]
+    assert direct["offline_ms"] == pytest.approx(10)
+    assert direct["ms"][b] == pytest.approx(10 + 1.5 + 0.8)  # its own set's loader row
     assert (ours["offline_ms"], pixel["offline_ms"], theirs["offline_ms"]) == pytest.approx((4, 6, 5))
     assert ours["ms"][a] == pytest.approx(4 + 16) and pixel["ms"][a] == pytest.approx(6 + 8)
     assert pixel["ms"][b] == pytest.approx(6 + 3 + 1.6) and theirs["ms"][b] == pytest.approx(5 + 7.5 + 3.2)
     assert theirs["over"][b][whole.OURS_PIXEL] == pytest.approx(15.7 / 10.6)
     assert ours["over"][a][whole.OURS_JPEG] == 1 and rows[jpg]["ms"][a] is None  # FFCV jpg: no figures
     md = "\n".join(whole.whole_md(list(rows.values()), columns))
-    assert f"| {whole.OURS_PIXEL} | 6.00 | 14.0 | 0.70 | 1.00 |" in md
-    assert md.endswith(f"not met, ×{15.7 / 10.6:.2f}** in this run.")
-    prepare[2]["marginal_img_cpu_s"] = 50  # 20 ms to write: now ×(20 + 10.7) / 10.6
+    assert f"| {whole.OURS_PIXEL} | 6.00 | 14.0 | 0.70 | 1.00 | {14 / 14:.2f} |" in md
+    assert md.endswith(f"not met, ×{15.7 / 12.3:.2f}** in this run (by prepare + derive + 16 epochs: "
+                       f"×{15.7 / 10.6:.2f}).")
+    prepare[3]["marginal_img_cpu_s"] = 50  # 20 ms to write: now ×(20 + 10.7) / 12.3
     line = whole.target(whole.whole_job(loader, prepare, columns), columns)
-    assert line.endswith(f": met, ×{30.7 / 10.6:.2f}** in this run.")
-    del prepare[1]  # derive not measured: no pixel job, no target figure
+    assert f": met, ×{30.7 / 12.3:.2f}** in this run" in line
+    del prepare[1]  # derive not measured: the direct job still has its figure
+    line = whole.target(whole.whole_job(loader, prepare, columns), columns)
+    assert "(by prepare + derive + 16 epochs: ×—)" in line
+    del prepare[1]  # prepare --pixels not measured: no target figure
     assert "not measured" in whole.target(whole.whole_job(loader, prepare, columns), columns)
 
 

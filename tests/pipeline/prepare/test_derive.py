@@ -110,9 +110,9 @@ def test_workers_and_parts_give_the_same_bytes(small_shards, derived_once, tmp_p
 
 
 def test_without_the_c_encoder_numpy_gives_the_same_bytes(small_shards, derived_once, tmp_path, monkeypatch):
-    from imagenet_shards.pipeline.prepare import derive as derive_module
+    from imagenet_shards.pipeline.prepare import encoders
 
-    monkeypatch.setattr(derive_module, "_yuv420", None)  # as without the _jpegtran extension
+    monkeypatch.setattr(encoders, "_yuv420", None)  # as without the _jpegtran extension
     assert files(derive_pixels(small_shards, tmp_path / "numpy")) == derived_once  # one worker: this process
 
 

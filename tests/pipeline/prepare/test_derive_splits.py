@@ -95,10 +95,10 @@ def test_a_held_out_val_split_keeps_its_record(synthetic_imagenet, tmp_path, sub
 
 
 def test_without_the_c_encoder_the_command_says_so_once(synthetic_shards, tmp_path, monkeypatch, capsys):
-    from imagenet_shards.pipeline.prepare import derive as derive_module
+    from imagenet_shards.pipeline.prepare import encoders
     from imagenet_shards.pipeline.prepare.cli import main
 
-    monkeypatch.setattr(derive_module, "_yuv420", None)  # as without the extension
+    monkeypatch.setattr(encoders, "_yuv420", None)  # as without the extension
     assert main(["derive", str(synthetic_shards), "--out", str(tmp_path / "out"), "--max-side", "64",
                  "--workers", "1", "--json"]) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]

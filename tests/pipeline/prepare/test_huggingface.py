@@ -70,6 +70,19 @@ def test_hf_targz_gives_the_same_shards_and_splits_as_the_original_archives(src,
     assert not (out / "_prepare" / "spill").exists()  # the buckets are gone once the shards are built
 
 
+def test_the_pixel_form_read_in_one_pass_from_targz_equals_the_archives(src, tmp_path):
+    """prepare --pixels over a source read in order (processed as it is read, onepass.py) gives the shards
+    it gives from the original archives."""
+    pix = ["--pixels", "yuv420", "--max-side", "64"]
+    assert prepare(tmp_path / "a", "--train", str(src / "ILSVRC2012_img_train.tar"), "--val",
+                   str(src / "ILSVRC2012_img_val.tar"), "--devkit", str(src / "ILSVRC2012_devkit_t12.tar.gz"),
+                   *pix) == 0
+    assert prepare(tmp_path / "b", "--train", str(src / "hf/data/train_images_*.tar.gz"),
+                   "--val", str(src / "hf/data/val_images.tar.gz"), *pix) == 0
+    assert outputs(tmp_path / "b") == outputs(tmp_path / "a")
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["form"] == "yuv420"
+
+
 def test_hf_parquet_repeated_flags_give_the_same_shards(src, original, tmp_path):
     data = src / "hf-parquet" / "data"
     out = tmp_path / "out"

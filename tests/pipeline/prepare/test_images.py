@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile, JpegImagePlugin, features
 
-from imagenet_shards.pipeline.prepare import images
+from imagenet_shards.pipeline.prepare import encoders, images
 from imagenet_shards.pipeline.prepare.images import ImagePolicy, ImageResult, parse_resize, process_image, resized_size
 
 DEFAULT = ImagePolicy()
 KEEP = ImagePolicy(restart_markers=False)  # pass-through byte for byte
+PIXELS = ImagePolicy(pixels="yuv420")  # prepare-shards --pixels yuv420 --max-side 500
 needs_jpegtran = pytest.mark.skipif(images._jpegtran is None, reason="the _jpegtran extension is not built")
 WHITE = (255, 255, 255)
 
@@ -120,7 +121,7 @@ def test_reencoded_jpegs_get_restart_markers_unless_turned_off(monkeypatch):
     grid = 2 if images._jpegtran is not None else -(-500 // 16)  # 32 MCUs per row: cells of 2, or whole rows
     assert restart_interval(process_image(big, DEFAULT).data) == grid
     assert restart_interval(process_image(big, KEEP).data) == 0
-    monkeypatch.setattr(images, "_jpegtran", None)  # without the extension: one marker per MCU row
+    monkeypatch.setattr(encoders, "_jpegtran", None)  # without the extension (the encoder's): one marker per MCU row
     assert restart_interval(process_image(big, DEFAULT).data) == -(-500 // 16)
 
 
@@ -332,8 +333,25 @@ def _full_decode_verdict(data: bytes) -> bool:
         return False
 
 
+def test_the_pixel_form_stores_the_decoded_planes_with_the_jpeg_forms_fixes():
+    """Every image is decoded (none passes through); the fixes are the JPEG form's but for how it stores
+    JPEGs (restart_markers, reencoded); a policy the pixel form cannot hold is refused."""
+    from imagenet_shards.pipeline.format import pixels
+
+    small, big, gray = jpeg(300, 200), jpeg(1000, 750), encode(natural(60, 40).convert("L"), "JPEG", quality=90)
+    for data, fixes in ((small, ()), (big, ("resized",)), (gray, ("gray_to_rgb",))):
+        r, j = process_image(data, PIXELS), process_image(data, DEFAULT)
+        assert (r.status, r.passthrough, r.fixes, r.width, r.height) == ("ok", False, fixes, j.width, j.height)
+        if not fixes:  # a plain JPEG within the bound: its decoded pixels as they are
+            assert r.data == pixels.encode(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+        assert len(r.data) == pixels.payload_size(r.width, r.height)
+    for bad in (dict(resize="shorter:400"), dict(resize="none"), dict(pixels="rgb")):
+        with pytest.raises(ValueError, match="longer:N|the forms are"):
+            ImagePolicy(**{"pixels": "yuv420", **bad})
+
+
 @pytest.mark.parametrize("progressive", [False, True])
-@pytest.mark.parametrize("policy", [DEFAULT, KEEP], ids=["rewrite", "keep"])
+@pytest.mark.parametrize("policy", [DEFAULT, KEEP, PIXELS], ids=["rewrite", "keep", "pixels"])
 def test_planted_truncation_and_corrupt_entropy_data_are_caught(progressive, policy, monkeypatch):
     """Damage planted mid-image in a JPEG that would pass through: cuts (with and without an end
     marker) and corrupt entropy-coded data (random bytes, a stray marker, zeros, a missing
@@ -344,7 +362,7 @@ def test_planted_truncation_and_corrupt_entropy_data_are_caught(progressive, pol
     verdict is only as strict as Pillow's full decode."""
     data = jpeg(480, 360, progressive=progressive)
     r = process_image(data, policy)
-    assert r.status == "ok" and (r.passthrough or r.fixes == ("restart_markers",))
+    assert r.status == "ok" and (r.passthrough or r.fixes == (("restart_markers",) if policy.pixels is None else ()))
     sos = data.find(b"\xff\xda")
     mid = (sos + len(data)) // 2
     rng = np.random.default_rng(1)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from imagenet_shards.pipeline.format import pixels
-from imagenet_shards.pipeline.prepare import derive
+from imagenet_shards.pipeline.prepare import encoders
 from imagenet_shards.pipeline.prepare.images import decode_resized
 from imagenet_shards.pipeline.tools.synthetic.images import class_styles, photo_bytes
 
-yuv420 = derive._yuv420
+yuv420 = encoders._yuv420
 needs_c = pytest.mark.skipif(yuv420 is None, reason="the _jpegtran extension (with yuv420) is not built here")
 
 
@@ -65,8 +65,8 @@ def test_a_buffer_of_the_wrong_size_is_refused():
 def test_encode_pixels_takes_any_layout_and_falls_back_to_the_reference(monkeypatch):
     rgb = np.random.default_rng(1).integers(0, 256, (9, 14, 3), dtype=np.uint8)
     view = rgb[:, ::2]  # not contiguous: the C path gets a packed copy
-    assert derive.encode_pixels(view) == pixels.encode(view)
-    monkeypatch.setattr(derive, "_yuv420", None)  # as without the extension
-    assert derive.encode_pixels(view) == pixels.encode(view)
+    assert encoders.encode_pixels(view) == pixels.encode(view)
+    monkeypatch.setattr(encoders, "_yuv420", None)  # as without the extension
+    assert encoders.encode_pixels(view) == pixels.encode(view)
     with pytest.raises(ValueError, match="H x W x 3 uint8"):
-        derive.encode_pixels(rgb.astype(np.uint16))
+        encoders.encode_pixels(rgb.astype(np.uint16))
