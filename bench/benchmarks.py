@@ -245,7 +245,8 @@ def _loader_md(loader: dict) -> list[str]:
 def _profile_md(prof: dict) -> list[str]:
     lines = [f"{prof['images']} images, {prof['mean_kb']:.0f} KB mean; CPU µs per image:", "",
              "| stage | µs per image |", "|---|---:|"]
-    lines += [f"| {k} | {v * 1e6:,.0f} |" for k, v in prof.items() if k not in ("images", "mean_kb")]
+    lines += [f"| {k} | {v:.2f} (ratio or share) |" if profile_loader.not_seconds(k) else f"| {k} | {v * 1e6:,.0f} |"
+              for k, v in prof.items() if k not in ("images", "mean_kb")]
     return lines
 
 

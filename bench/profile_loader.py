@@ -173,6 +173,11 @@ class _OneBlock:
         return self.block[:shape[0]], 0, 0, True
 
 
+def not_seconds(stage: str) -> bool:
+    """The entries of ``profile`` that are ratios or shares, not CPU seconds per image."""
+    return stage.endswith(("off / auto", "scales"))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data")
@@ -182,7 +187,7 @@ def main(argv=None) -> int:
     r = profile(args.data, images=args.images, res=args.res)
     print(f"{r.pop('images')} images, {r.pop('mean_kb'):.0f} KB mean; CPU microseconds per image:")
     for k, v in r.items():
-        print(f"  {k:38s} {v:8.2f}" if k.endswith(("off / auto", "scales")) else f"  {k:38s} {v * 1e6:8.0f}")
+        print(f"  {k:38s} {v:8.2f}" if not_seconds(k) else f"  {k:38s} {v * 1e6:8.0f}")
     return 0
 
 
