@@ -259,7 +259,6 @@ def describe(config, *, world_size: int, num_train: int | None = None, steps_per
         "random_erase": config.random_erase,
         "random_erase_fill": config.random_erase_fill,
         "ra_reps": config.ra_reps,
-        # where the copies go (loader/plan.py ra_placement): ranks, or the micro-batches of a step
         "ra_placement": ra_placement(world_size=world_size, repeats=config.ra_reps, accumulate=config.accumulate),
         "ema": None if not config.ema else {"decay": config.ema, "every": config.ema_every, "ramp": config.ema_ramp,
                                             "copy_epochs": config.ema_copy_epochs},
