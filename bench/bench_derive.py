@@ -70,17 +70,19 @@ def payloads(pix: Path) -> list[bytes]:
     return out
 
 
+def per_image_us(fn, items) -> float:
+    """Wall µs per item of ``fn`` over ``items``, the best of 3 passes."""
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for x in items:
+            fn(x)
+        best = min(best, time.perf_counter() - t)
+    return best / len(items) * 1e6
+
+
 def codec_figures(data: list[bytes]) -> dict:
     """Bytes and decode µs per image: raw (copy into numpy), zlib level 1, and zstd/lz4 if installed."""
-    def per_image_us(fn, items) -> float:
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            for x in items:
-                fn(x)
-            best = min(best, time.perf_counter() - t)
-        return best / len(items) * 1e6
-
     raw = sum(map(len, data))
     out = {"raw": {"bytes_per_image": raw / len(data),
                    "decode_us": per_image_us(lambda b: np.frombuffer(b, np.uint8).copy(), data)}}
@@ -107,26 +109,17 @@ def codec_figures(data: list[bytes]) -> dict:
 def encoder_figures(jpeg: Path, max_side: int) -> dict:
     """µs per image of the C encoder and numpy's reference over one shard's decoded images (item 3)."""
     from imagenet_shards.pipeline.format import pixels
-    from imagenet_shards.pipeline.prepare.derive import _yuv420
+    from imagenet_shards.pipeline.prepare.encoders import _yuv420
     from imagenet_shards.pipeline.prepare.images import decode_resized
 
     with open(sorted(jpeg.rglob("*.tar"))[0], "rb") as f:
         rgbs = [decode_resized(m.data, f"longer:{max_side}") for m in iter_tar(f) if m.ext == "jpg"]
 
-    def per_image_us(fn) -> float:
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            for a in rgbs:
-                fn(a)
-            best = min(best, time.perf_counter() - t)
-        return best / len(rgbs) * 1e6
-
-    out = {"images": len(rgbs), "numpy_us": per_image_us(pixels.encode)}
+    out = {"images": len(rgbs), "numpy_us": per_image_us(pixels.encode, rgbs)}
     if _yuv420 is None:
         return {**out, "c_us": "not built (the _jpegtran extension, or its yuv420, is missing)"}
     c = lambda a: _yuv420(a, a.shape[1], a.shape[0])  # noqa: E731
-    return {**out, "c_us": per_image_us(c), "same_bytes": all(c(a) == pixels.encode(a) for a in rgbs)}
+    return {**out, "c_us": per_image_us(c, rgbs), "same_bytes": all(c(a) == pixels.encode(a) for a in rgbs)}
 
 
 def main() -> None:
