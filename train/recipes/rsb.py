@@ -93,8 +93,8 @@ A3 = Recipe(
                                               f"timm/models/resnet.py:55-57 'resnet50' interpolation='bicubic'; "
                                               f"{TIMM_A3}: interpolation bicubic"),
         "val_crop_ratio": Cited(None, "timm's Resize + CenterCrop (224 / 235)"),
-        "dct_scaling": Cited("off", f"{TIMM} timm/data/dataset.py ImageDataset: PIL Image.open(...).convert('RGB') "
-                                    f"decodes each JPEG at full size before the crop; {FULL_DECODE_MEASURED}"),
+        "dct_scaling": Cited("off", f"{TIMM} timm/data/dataset.py:40 ImageDataset.__getitem__: Image.open(img)"
+                                    f".convert('RGB') decodes each JPEG at full size before the crop; {FULL_DECODE_MEASURED}"),
         "tta": Cited(False, f"{TIMM} validate: one forward"),
         "blurpool": Cited(False, f"{PAPER}: vanilla ResNet-50 (stochastic depth ✗: {MMPT_A3} sets no drop_path_rate, "
                                  f"its A1 config 0.05; the trainer has no stochastic depth)"),

@@ -23,6 +23,9 @@ V2_CMD = ("the IMAGENET1K_V2 recipe command (pytorch/vision#3995 comment 1013906
           "--norm-weight-decay 0.0 --label-smoothing 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0 --train-crop-size 176 "
           "--model-ema --val-resize-size 232 --ra-sampler --ra-reps 4)")
 TRAIN = f"{TV}/train.py"
+# how both scripts decode: ImageFolder's default loader, each JPEG in full (no draft), then the transforms
+FULL_DECODE_SOURCE = ("ImageFolder's default loader (torchvision/datasets/folder.py pil_loader: "
+                      "Image.open(f).convert('RGB'), no draft) decodes each JPEG at full size before the crop")
 WEIGHTS = "torchvision/models/resnet.py (torchvision 0.29.1)"
 
 COMMON_CHANGES = (
@@ -58,8 +61,7 @@ V1 = Recipe(
         "lr_gamma": Cited(0.1, f"{V1_SCRIPT} parse_args --lr-gamma default 0.1"),
         "warmup_epochs": Cited(0.0, f"{V1_SCRIPT}: no warmup"),
         "res": Cited(224, f"{V1_SCRIPT} load_data: RandomResizedCrop(224)"),
-        "dct_scaling": Cited("off", f"{V1_SCRIPT} load_data: ImageFolder's PIL loader decodes each JPEG at full "
-                                    f"size before the crop; {FULL_DECODE_MEASURED}"),
+        "dct_scaling": Cited("off", f"{V1_SCRIPT} load_data: {FULL_DECODE_SOURCE}; {FULL_DECODE_MEASURED}"),
         "end_res": Cited(None, f"{V1_SCRIPT}: one train resolution"),
         "ramp_epochs": Cited(None, f"{V1_SCRIPT}: one train resolution"),
         "val_res": Cited(256, f"{V1_SCRIPT} load_data: Resize(256)"),
@@ -105,8 +107,7 @@ V2 = Recipe(
     hyper={
         "arch": Cited("resnet50", f"{V2_CMD}: --model resnet50"),
         "epochs": Cited(600, f"{V2_CMD}: --epochs 600"),
-        "dct_scaling": Cited("off", f"{TRAIN} load_data: ImageFolder's PIL loader decodes each JPEG at full size "
-                                    f"before the crop; {FULL_DECODE_MEASURED}"),
+        "dct_scaling": Cited("off", f"{TRAIN} load_data: {FULL_DECODE_SOURCE}; {FULL_DECODE_MEASURED}"),
         "batch_size": Cited(128, f"{V2_CMD}: --batch-size 128 (per GPU)"),
         "optimizer": Cited("sgd", f"{TRAIN} get_args_parser --opt default sgd"),
         "lr": Cited(0.5, f"{V2_CMD}: --lr 0.5"),
